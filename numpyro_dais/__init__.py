@@ -1,0 +1,7 @@
+"""MCMC-augmented variational inference for NumPyro: DAIS, SL-DAIS, DSMCS and GPVI guides."""
+
+from numpyro_dais.autodais import AutoDAIS, LogEvidence
+
+__version__ = "0.1.0"
+
+__all__ = ["AutoDAIS", "LogEvidence", "__version__"]

@@ -1,0 +1,132 @@
+"""One annealing transition for one particle: uncorrected HMC or overdamped Langevin.
+
+Each kernel maps ``(rng_key, state, step) -> (state, info)`` where ``info.delta`` is the
+log-density ratio of the auxiliary move (``Δ_k`` of algorithms.md §1) and
+``info.log_increment`` is the incremental weight ``log w̃_k`` (0 unless tracked).
+Kernels act on a single particle; callers ``vmap`` them over the particle axis.
+
+References: Geffner & Domke (2021), "MCMC variational inference via uncorrected
+Hamiltonian annealing"; Zenn & Bamler (2024), App. C.2, for the Langevin kernel.
+"""
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from numpyro_dais.engine.annealing import log_gamma
+
+_LOG_2PI = jnp.log(2.0 * jnp.pi)
+
+
+class Potential(NamedTuple):
+    """The two ends of the annealing path, each ``z (D,) -> scalar``."""
+
+    log_q0: Callable
+    log_target: Callable  # ℓ(z) used by the dynamics (the full or surrogate log joint)
+
+
+class ParticleState(NamedTuple):
+    z: jax.Array  # (D,) position
+    v: jax.Array  # (D,) momentum (zeros for Langevin)
+    log_q0: jax.Array  # () log q0(z)       — tracked only when needed
+    log_target: jax.Array  # () ℓ(z)         — tracked only when needed
+    grad_log_q0: jax.Array  # (D,) ∇ log q0(z) — Langevin only
+    grad_log_target: jax.Array  # (D,) ∇ ℓ(z)  — Langevin only
+
+
+class StepParams(NamedTuple):
+    """Parameters of transition ``k`` (scalars unless noted)."""
+
+    beta_prev: jax.Array  # β_{k-1}
+    beta: jax.Array  # β_k
+    step_size: jax.Array  # η_k (HMC) or δ_k (Langevin)
+    mass: jax.Array  # (D,) diagonal mass matrix m (HMC only)
+    damping: jax.Array  # ρ ∈ (0, 1) momentum persistence (HMC only)
+
+
+class TransitionInfo(NamedTuple):
+    delta: jax.Array  # () Δ_k
+    log_increment: jax.Array  # () log w̃_k, or 0 when not tracked
+
+
+def _value_and_grad(potential: Potential, z):
+    log_q0, grad_q0 = jax.value_and_grad(potential.log_q0)(z)
+    log_t, grad_t = jax.value_and_grad(potential.log_target)(z)
+    return log_q0, log_t, grad_q0, grad_t
+
+
+def init_state(z, v, potential: Potential, with_values: bool, with_grads: bool):
+    """State at ``z_0``; evaluates ``log q0``/``ℓ`` (and gradients) only when asked."""
+    zero, zeros = jnp.zeros(()), jnp.zeros_like(z)
+    if with_grads:
+        log_q0, log_t, grad_q0, grad_t = _value_and_grad(potential, z)
+        return ParticleState(z, v, log_q0, log_t, grad_q0, grad_t)
+    if with_values:
+        return ParticleState(z, v, potential.log_q0(z), potential.log_target(z), zeros, zeros)
+    return ParticleState(z, v, zero, zero, zeros, zeros)
+
+
+def leapfrog(z, v, grad_log_gamma: Callable, step_size, mass):
+    """Drift–kick–drift with ``M = diag(mass)``: a volume-preserving map ``(z, v) -> (z', v̂)``."""
+    z_half = z + 0.5 * step_size * v / mass
+    v_hat = v + step_size * grad_log_gamma(z_half)
+    return z_half + 0.5 * step_size * v_hat / mass, v_hat
+
+
+def kinetic_log_density(v, mass):
+    """``log N(v; 0, diag(mass))`` up to the constant shared by every momentum."""
+    return -0.5 * jnp.sum(v**2 / mass)
+
+
+def hmc(rng_key, state: ParticleState, step: StepParams, potential: Potential, track: bool):
+    """Uncorrected HMC step: leapfrog at ``γ_k``, then partial momentum refresh.
+
+    ``Δ_k = log N(v̂_k; 0, M) − log N(v_{k-1}; 0, M)``; the refresh
+    ``v_k = ρ v̂_k + sqrt(1 − ρ²) ξ``, ``ξ ~ N(0, M)``, leaves ``N(0, M)`` invariant.
+    """
+
+    def grad_log_gamma(z):
+        g_q0 = jax.grad(potential.log_q0)(z)
+        g_t = jax.grad(potential.log_target)(z)
+        return (1.0 - step.beta) * g_q0 + step.beta * g_t
+
+    z, v_hat = leapfrog(state.z, state.v, grad_log_gamma, step.step_size, step.mass)
+    delta = kinetic_log_density(v_hat, step.mass) - kinetic_log_density(state.v, step.mass)
+    xi = jnp.sqrt(step.mass) * jax.random.normal(rng_key, jnp.shape(z))
+    v = step.damping * v_hat + jnp.sqrt(1.0 - step.damping**2) * xi
+    new = init_state(z, v, potential, with_values=track, with_grads=False)
+    log_inc = _increment(state, new, step, delta) if track else jnp.zeros(())
+    return new, TransitionInfo(delta, log_inc)
+
+
+def langevin(rng_key, state: ParticleState, step: StepParams, potential: Potential, track: bool):
+    """Unadjusted (overdamped) Langevin step at ``γ_k`` with its reverse-kernel ratio.
+
+    ``z_k = z + δ ∇log γ_k(z) + sqrt(2δ) ξ`` and
+    ``Δ_k = log N(z; z_k + δ ∇log γ_k(z_k), 2δ) − log N(z_k; z + δ ∇log γ_k(z), 2δ)``.
+    """
+    delta_t, beta = step.step_size, step.beta
+    drift_prev = (1.0 - beta) * state.grad_log_q0 + beta * state.grad_log_target
+    mean_fwd = state.z + delta_t * drift_prev
+    z = mean_fwd + jnp.sqrt(2.0 * delta_t) * jax.random.normal(rng_key, jnp.shape(state.z))
+    new = init_state(z, state.v, potential, with_values=True, with_grads=True)
+    drift_new = (1.0 - beta) * new.grad_log_q0 + beta * new.grad_log_target
+    mean_bwd = z + delta_t * drift_new
+    log_bwd = -jnp.sum((state.z - mean_bwd) ** 2) / (4.0 * delta_t)
+    log_fwd = -jnp.sum((z - mean_fwd) ** 2) / (4.0 * delta_t)
+    delta = log_bwd - log_fwd
+    log_inc = _increment(state, new, step, delta) if track else jnp.zeros(())
+    return new, TransitionInfo(delta, log_inc)
+
+
+def _increment(old: ParticleState, new: ParticleState, step: StepParams, delta):
+    """``log w̃_k = log γ_k(z_k) − log γ_{k-1}(z_{k-1}) + Δ_k``."""
+    return (
+        log_gamma(step.beta, new.log_q0, new.log_target)
+        - log_gamma(step.beta_prev, old.log_q0, old.log_target)
+        + delta
+    )
+
+
+KERNELS = {"hmc": hmc, "langevin": langevin}
