@@ -17,6 +17,7 @@ import warnings
 from functools import partial
 
 import jax
+import numpy as np
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
@@ -24,7 +25,8 @@ from numpyro import handlers
 from numpyro.infer.autoguide import AutoContinuous
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.distributions.transforms import biject_to
-from numpyro.infer.util import constrain_fn, helpful_support_errors
+from numpyro.infer.util import constrain_fn, helpful_support_errors, log_density
+from numpyro.primitives import _PYRO_STACK
 
 from numpyro_dais.engine import weights
 
@@ -54,8 +56,40 @@ def map_batched(fn, xs, batch_size=None):
     return jax.lax.map(fn, xs, batch_size=int(batch_size))
 
 
+def jit_by_leaves(fn):
+    """``jax.jit`` for functions of arbitrary arguments: array leaves are traced, every other
+    leaf (ints, strings, …) is static. Compilations are cached per static configuration, so
+    repeated ``sample_posterior`` calls do not re-trace the sampler."""
+    cache = {}
+
+    def wrapped(*args, **kwargs):
+        leaves, treedef = jax.tree.flatten((args, kwargs))
+        is_array = tuple(isinstance(x, (jax.Array, np.ndarray)) for x in leaves)
+        static = tuple(x for x, a in zip(leaves, is_array) if not a)
+        dynamic = [x for x, a in zip(leaves, is_array) if a]
+        try:
+            key = (treedef, is_array, static)
+            hash(key)
+        except TypeError:  # unhashable static leaf: run without jit
+            return fn(*args, **kwargs)
+        if key not in cache:
+
+            def call(dynamic):
+                dyn, stat = iter(dynamic), iter(static)
+                full = [next(dyn) if a else next(stat) for a in is_array]
+                a, k = jax.tree.unflatten(treedef, full)
+                return fn(*a, **k)
+
+            cache[key] = jax.jit(call)
+        return cache[key](dynamic)
+
+    return wrapped
+
+
 def _warn_nonfinite(guide_name, num_nonfinite, num_particles):
     n, total = int(num_nonfinite), int(num_particles)
+    if n == 0:  # under vmap, lax.cond runs both branches
+        return
     msg = (
         f"{guide_name}: {n} of {total} particle trajectories diverged (non-finite weight) "
         "and were dropped from the bound; their gradients were zeroed."
@@ -104,10 +138,16 @@ class ContinuousGuide(AutoContinuous):
         super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn,
                          forward_mode_differentiation=forward_mode_differentiation)
 
+    def __getstate__(self):
+        state = super().__getstate__()
+        return {k: v for k, v in state.items() if not k.startswith("_jit_")}
+
     # -- set-up -------------------------------------------------------------------------
 
     def _setup_prototype(self, *args, **kwargs):
+        self._check_continuous(*args, **kwargs)
         super()._setup_prototype(*args, **kwargs)
+        self._setup_joint_model(*args, **kwargs)
         # used to compute deterministic sites when sample_posterior is given no data
         self._setup_args = (args, kwargs)
         self._model_param_sites = {
@@ -151,18 +191,84 @@ class ContinuousGuide(AutoContinuous):
         }
 
     def _model_params_from(self, params):
-        return {k: params[k] for k in self._model_param_sites if k in params}
+        return {k: jnp.asarray(params[k]) for k in self._model_param_sites if k in params}
 
     def _log_joint(self, args, kwargs, model_params):
         """``ℓ(z) = log p(x, z)`` for flat unconstrained ``z (D,)``, Jacobians included,
-        built from *this* call's data and the *current* model parameters."""
-        potential_fn = self._potential_fn_gen(*args, **kwargs)
+        built from *this* call's data and the *current* model parameters.
+
+        Inside an ``AutoGuideList`` the guide's model hides the sites of the other parts;
+        the log joint then conditions on their values drawn earlier in the same guide run.
+        """
+        fixed = self._hidden_site_values()
 
         def log_joint(z):
+            values, log_det = {}, 0.0
+            for name, u in self._unpack_latent(z).items():
+                transform = self._transforms[name]
+                values[name] = transform(u)
+                log_det = log_det + jnp.sum(transform.log_abs_det_jacobian(u, values[name]))
             with handlers.block(), handlers.substitute(data=model_params):
-                return -potential_fn(self._unpack_latent(z))
+                log_p, _ = log_density(self._joint_model, args, kwargs, {**fixed, **values})
+            return log_p + log_det
 
         return log_joint
+
+    def _check_continuous(self, *args, **kwargs):
+        """Refuse discrete latent sites before numpyro tries to enumerate them."""
+        with handlers.block():
+            trace = handlers.trace(handlers.seed(self.model, rng_seed=0)).get_trace(*args,
+                                                                                   **kwargs)
+        for name, site in trace.items():
+            if site["type"] == "sample" and not site["is_observed"] and getattr(
+                site["fn"].support, "is_discrete", False
+            ):
+                raise ValueError(
+                    f"{type(self).__name__} cannot handle discrete latent site {name!r} "
+                    f"({type(site['fn']).__name__}): its dynamics need gradients. Marginalise "
+                    "the site out of the model, or give it its own guide and hide it from "
+                    "this one with handlers.block inside an AutoGuideList."
+                )
+
+    def _setup_joint_model(self, *args, **kwargs):
+        """Find the model behind ``handlers.block`` wrappers and the latent sites it hides."""
+        model = self.model
+        while isinstance(model, handlers.block):
+            model = model.fn
+        self._joint_model = model
+        self._transforms = {}
+        for name, site in self.prototype_trace.items():
+            if site["type"] == "sample" and not site["is_observed"]:
+                with helpful_support_errors(site):
+                    self._transforms[name] = biject_to(site["fn"].support)
+        self._hidden_sites = []
+        if model is not self.model:
+            with handlers.block():
+                full = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(*args, **kwargs)
+            self._hidden_sites = [
+                name for name, site in full.items()
+                if site["type"] == "sample" and not site["is_observed"]
+                and name not in self.prototype_trace
+            ]
+
+    def _hidden_site_values(self):
+        """Values of hidden sites, read from the trace of the current guide run."""
+        if not self._hidden_sites:
+            return {}
+        found = {}
+        for frame in reversed(_PYRO_STACK):
+            if isinstance(frame, handlers.trace):
+                found.update({k: frame.trace[k]["value"] for k in self._hidden_sites
+                              if k in frame.trace and k not in found})
+        missing = [k for k in self._hidden_sites if k not in found]
+        if missing:
+            raise ValueError(
+                f"{type(self).__name__} runs its dynamics on the full model, but sites "
+                f"{missing} are hidden from it (handlers.block) and were not drawn earlier in "
+                "this guide run. Use it inside an AutoGuideList after the guide for those "
+                "sites, or use method='q0', which needs no dynamics."
+            )
+        return found
 
     # -- draws in the model's space -----------------------------------------------------------
 
@@ -196,12 +302,7 @@ class ContinuousGuide(AutoContinuous):
 
     def _transform(self, z):
         """Flat unconstrained ``z (..., D)`` to constrained latent values; needs no data."""
-        out = {}
-        for name, value in self._unpack_latent(z).items():
-            site = self.prototype_trace[name]
-            with helpful_support_errors(site):
-                out[name] = biject_to(site["fn"].support)(value)
-        return out
+        return {name: self._transforms[name](u) for name, u in self._unpack_latent(z).items()}
 
     def _bound_safe(self, tree):
         """Differentiable inputs of a bound, with non-finite gradient entries zeroed."""

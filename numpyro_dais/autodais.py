@@ -25,6 +25,7 @@ from numpyro_dais._autoguide import (
     check_choice,
     check_positive_int,
     emit_log_weight,
+    jit_by_leaves,
     map_batched,
     report_nonfinite,
 )
@@ -142,6 +143,9 @@ class AutoDAIS(ContinuousGuide):
         if self.kernel == "hmc":
             mass = numpyro.param(f"{p}_mass_matrix", jnp.ones(D),
                                  constraint=constraints.positive)
+            # Only η/√m enters the position update, so an unnormalised mass matrix would let
+            # training undo the `eta_max` cap: keep its geometric mean at 1.
+            mass = mass / jnp.exp(jnp.mean(jnp.log(mass)))
             damping = numpyro.param(f"{p}_gamma", self.gamma_init,
                                     constraint=constraints.interval(0.0, 1.0))
         else:  # the Langevin kernel has no momentum
@@ -152,6 +156,8 @@ class AutoDAIS(ContinuousGuide):
         return self._q0(), self._anneal_params()
 
     def _guide_params_from(self, params):
+        """The guide's parameters from an SVI ``params`` dict (NumPy arrays accepted)."""
+        params = {k: jnp.asarray(v) for k, v in params.items()}
         return handlers.substitute(self._guide_params, data=params)()
 
     # -- the engine --------------------------------------------------------------------------
@@ -233,6 +239,13 @@ class AutoDAIS(ContinuousGuide):
         """
         method = self.posterior_method if method is None else method
         check_choice("method", method, POSTERIOR_METHODS)
+        if not hasattr(self, "_jit_sample_posterior"):
+            self._jit_sample_posterior = jit_by_leaves(self._sample_posterior)
+        return self._jit_sample_posterior(rng_key, params, args, kwargs,
+                                          tuple(sample_shape), method, batch_size)
+
+    def _sample_posterior(self, rng_key, params, args, kwargs, sample_shape, method,
+                          batch_size):
         q0, anneal = self._guide_params_from(params)
         n = self._num_draws(sample_shape)
         latents = self._draw(rng_key, q0, anneal, self._model_params_from(params), args,
@@ -247,6 +260,11 @@ class AutoDAIS(ContinuousGuide):
         The estimate is biased low by ``O(1/ess)``; the ESS says how far to trust it.
         """
         check_positive_int("num_particles", num_particles)
+        if not hasattr(self, "_jit_log_evidence"):
+            self._jit_log_evidence = jit_by_leaves(self._log_evidence)
+        return self._jit_log_evidence(rng_key, params, args, kwargs, num_particles, batch_size)
+
+    def _log_evidence(self, rng_key, params, args, kwargs, num_particles, batch_size):
         q0, anneal = self._guide_params_from(params)
         model_params = self._model_params_from(params)
         size = num_particles if batch_size is None else min(int(batch_size), num_particles)

@@ -1,0 +1,53 @@
+"""The project's two commands; each does its own set-up on a machine with only Python.
+
+    python dev.py quickstart   # fit a Bayesian logistic regression with AutoDAIS vs AutoNormal
+    python dev.py test         # run the test suite
+
+On first use (or when pyproject.toml changes) this creates ``.venv/`` and installs the
+package with its test dependencies into it. Extra arguments are passed on (to pytest, or to
+the quick-start script).
+"""
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PYTHON = BIN / ("python.exe" if os.name == "nt" else "python")
+STAMP = VENV / ".installed"
+
+
+def ensure_venv():
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == digest and PYTHON.exists():
+        return
+    if not PYTHON.exists():
+        print(f"creating {VENV} ...", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    print("installing numpyro-dais and its test dependencies ...", flush=True)
+    subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
+    subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", "-e", f"{ROOT}[test]"],
+                   check=True)
+    STAMP.write_text(digest)
+
+
+def main(argv):
+    if not argv or argv[0] not in ("quickstart", "test"):
+        print(__doc__)
+        return 2
+    ensure_venv()
+    command, rest = argv[0], argv[1:]
+    if command == "quickstart":
+        cmd = [str(PYTHON), str(ROOT / "examples" / "quickstart.py"), *rest]
+    else:
+        cmd = [str(PYTHON), "-m", "pytest", "-n", "auto", "-q", *rest]
+    return subprocess.run(cmd, cwd=ROOT).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

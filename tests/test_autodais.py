@@ -1,0 +1,380 @@
+"""AutoDAIS under numpyro's SVI: the bound, freshness, posterior access, errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import optax
+import pytest
+from numpyro import handlers
+from numpyro.distributions import constraints
+from numpyro.infer import SVI, Predictive, Trace_ELBO, TraceGraph_ELBO
+from numpyro.infer.autoguide import AutoGuideList, AutoNormal
+from numpyro.infer.initialization import init_to_median
+
+from numpyro_dais import AutoDAIS
+from tests import models
+
+
+def _fit(guide, model, *args, steps=1000, lr=0.01, seed=0):
+    svi = SVI(model, guide, optax.adam(lr), Trace_ELBO())
+    return svi.run(jax.random.key(seed), steps, *args, progress_bar=False)
+
+
+def _bounds(guide, params, model, *args, num=400, seed=0):
+    """``num`` independent draws of the guide's bound ``log (1/N) Σ w_i`` at ``params``."""
+    loss = Trace_ELBO()
+    with handlers.seed(rng_seed=0):
+        guide(*args)  # lazy set-up outside vmap
+    keys = jax.random.split(jax.random.key(seed), num)
+    return -jax.jit(jax.vmap(lambda k: loss.loss(k, params, model, guide, *args)))(keys)
+
+
+@pytest.fixture(scope="module")
+def conjugate():
+    y = models.linear_gaussian_data()
+    guide = AutoDAIS(models.linear_gaussian, K=8, num_particles=4)
+    result = _fit(guide, models.linear_gaussian, y, steps=1500)
+    return y, guide, result.params, models.linear_gaussian_log_Z(y)
+
+
+def test_bound_below_log_Z_and_log_evidence_converges(conjugate):
+    y, guide, params, log_Z = conjugate
+    b = _bounds(guide, params, models.linear_gaussian, y)
+    se = jnp.std(b) / jnp.sqrt(b.size)
+    # E[L_{N,K}] <= log Z; allow 4 standard errors of the Monte Carlo mean
+    assert float(jnp.mean(b)) <= float(log_Z) + 4 * float(se)
+    # training got close: the gap of a trained 4-particle, 8-step bound is small here
+    assert float(log_Z - jnp.mean(b)) < 0.5
+    est = guide.log_evidence(jax.random.key(1), params, y, num_particles=20000, batch_size=5000)
+    # the AIS estimate is consistent; with ESS in the thousands its error is ~1e-2
+    assert float(est.ess) > 1000
+    np.testing.assert_allclose(est.log_Z, log_Z, atol=0.05)
+
+
+def test_bound_rises_with_num_particles(conjugate):
+    y, _, params, _ = conjugate
+    means = []
+    for N in (1, 16):
+        guide = AutoDAIS(models.linear_gaussian, K=8, num_particles=N)
+        b = _bounds(guide, params, models.linear_gaussian, y, seed=N)
+        means.append((float(jnp.mean(b)), float(jnp.std(b) / jnp.sqrt(b.size))))
+    (m1, s1), (m16, s16) = means
+    # L_{16,K} >= L_{1,K} for the same q: difference beyond 3 combined standard errors
+    assert m16 - m1 > 3 * np.hypot(s1, s16)
+
+
+def test_bound_rises_with_K():
+    y = models.linear_gaussian_data()
+    log_Z = models.linear_gaussian_log_Z(y)
+    gaps = {}
+    for K in (1, 8):
+        guide = AutoDAIS(models.linear_gaussian, K=K, eta_init=0.05, eta_max=0.3)
+        params = _fit(guide, models.linear_gaussian, y, steps=1500).params
+        gaps[K] = float(log_Z - jnp.mean(_bounds(guide, params, models.linear_gaussian, y)))
+    # diagonal q0 cannot fit the correlated posterior; 8 annealing steps close part of the gap
+    assert gaps[8] < 0.8 * gaps[1], gaps
+
+
+def test_loss_is_minus_the_bound_for_every_elbo():
+    """Trace_ELBO and TraceGraph_ELBO give the same value and gradient (no silent drop)."""
+    y = models.linear_gaussian_data()
+    guide = AutoDAIS(models.linear_gaussian, K=3, num_particles=4)
+    svi = SVI(models.linear_gaussian, guide, optax.adam(0.01), Trace_ELBO())
+    params = svi.get_params(svi.init(jax.random.key(0), y))
+    key = jax.random.key(3)
+    values, grads = [], []
+    for elbo in (Trace_ELBO(), TraceGraph_ELBO()):
+        f = lambda p, elbo=elbo: elbo.loss(key, p, models.linear_gaussian, guide, y)
+        value, grad = jax.jit(jax.value_and_grad(f))(params)
+        values.append(value)
+        grads.append(grad)
+    np.testing.assert_allclose(values[0], values[1], rtol=1e-6)
+    for name in grads[0]:
+        np.testing.assert_allclose(grads[0][name], grads[1][name], rtol=1e-5, atol=1e-6)
+        assert jnp.any(grads[1][name] != 0), name
+
+
+def test_loss_gradient_matches_finite_differences():
+    """The gradient SVI gets is the gradient of the bound (central differences, float32:
+    step 1e-2, tolerance 5% relative, dominated by round-off of the differences)."""
+    y = models.linear_gaussian_data()
+    guide = AutoDAIS(models.linear_gaussian, K=3, num_particles=4)
+    svi = SVI(models.linear_gaussian, guide, optax.adam(0.01), Trace_ELBO())
+    params = svi.get_params(svi.init(jax.random.key(0), y))
+    key = jax.random.key(5)
+    f = jax.jit(lambda p: Trace_ELBO().loss(key, p, models.linear_gaussian, guide, y))
+    g = jax.jit(jax.grad(f))(params)["auto_z_0_loc"]
+    eps = 1e-2
+    for i in range(2):
+        e = jnp.zeros(2).at[i].set(eps)
+        up = {**params, "auto_z_0_loc": params["auto_z_0_loc"] + e}
+        down = {**params, "auto_z_0_loc": params["auto_z_0_loc"] - e}
+        fd = (f(up) - f(down)) / (2 * eps)
+        np.testing.assert_allclose(g[i], fd, rtol=0.05, atol=1e-3)
+
+
+def _end_points(guide, params, *args, **kwargs):
+    return guide.sample_posterior(jax.random.key(7), params, *args, sample_shape=(200,),
+                                  method="dais", **kwargs)
+
+
+def test_dynamics_use_the_data_of_the_current_call():
+    y = models.linear_gaussian_data()
+    guide = AutoDAIS(models.linear_gaussian, K=8, eta_init=0.09)
+    params = _fit(guide, models.linear_gaussian, y, steps=10).params
+    a = _end_points(guide, params, y)["z"]
+    b = _end_points(guide, params, y + 5.0)["z"]
+    # same q0 draws and noise; only the data differ, and the particles follow them
+    assert float(jnp.mean(b - a)) > 0.05
+
+
+def test_dynamics_use_the_current_model_parameters():
+    def model(y):
+        shift = numpyro.param("shift", 0.0)
+        z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+        numpyro.sample("y", dist.Normal(z + shift, 0.3), obs=y)
+
+    guide = AutoDAIS(model, K=8, eta_init=0.09)
+    params = _fit(guide, model, 1.0, steps=5).params
+    a = _end_points(guide, params, 1.0)["z"]
+    b = _end_points(guide, {**params, "shift": jnp.array(3.0)}, 1.0)["z"]
+    assert float(jnp.mean(a - b)) > 0.05
+
+
+def test_model_parameter_learned_jointly():
+    def model(y):
+        loc = numpyro.param("loc", 0.0)
+        z = numpyro.sample("z", dist.Normal(loc, 1.0))
+        with numpyro.plate("n", y.shape[0]):
+            numpyro.sample("y", dist.Normal(z, 1.0), obs=y)
+
+    y = 2.0 + jax.random.normal(jax.random.key(0), (50,))
+    params = _fit(AutoDAIS(model, K=4, num_particles=4), model, y, steps=1500, lr=0.02).params
+    # empirical Bayes: the evidence is maximised at loc = mean(y); SGD noise ~0.1
+    np.testing.assert_allclose(params["loc"], jnp.mean(y), atol=0.2)
+
+
+def test_beta_bernoulli():
+    data = jnp.array([[1.0] * 8 + [0.0] * 2, [1.0] * 4 + [0.0] * 6]).T
+
+    def model(data):
+        f = numpyro.sample("beta", dist.Beta(jnp.ones(2), jnp.ones(2)).to_event())
+        with numpyro.plate("N", len(data)):
+            numpyro.sample("obs", dist.Bernoulli(f).to_event(1), obs=data)
+
+    guide = AutoDAIS(model, init_loc_fn=init_to_median, base_dist="cholesky")
+    params = _fit(guide, model, data, steps=3000).params
+    true = (jnp.sum(data, axis=0) + 1) / (len(data) + 2)
+    samples = guide.sample_posterior(jax.random.key(1), params, sample_shape=(1000,))
+    np.testing.assert_allclose(samples["beta"].mean(0), true, atol=0.05)
+    assert guide.median(params)["beta"].shape == (2,)
+    assert guide.quantiles(params, [0.2, 0.5, 0.8])["beta"].shape == (3, 2)
+    pred = Predictive(model, guide=guide, params=params, num_samples=1000)(jax.random.key(1),
+                                                                           data)
+    assert pred["obs"].shape == (1000, len(data), 2)
+
+
+@pytest.mark.parametrize("kernel", ["hmc", "langevin"])
+def test_logistic_regression(kernel):
+    N, dim = 3000, 3
+    data = jax.random.normal(jax.random.key(0), (N, dim))
+    true_coefs = jnp.arange(1.0, dim + 1.0)
+    labels = dist.Bernoulli(logits=data @ true_coefs).sample(jax.random.key(1))
+
+    def model(data, labels=None):
+        coefs = numpyro.sample("coefs", dist.Normal(0, 1).expand([dim]).to_event())
+        logits = numpyro.deterministic("logits", data @ coefs)
+        with numpyro.plate("N", len(data)):
+            numpyro.sample("obs", dist.Bernoulli(logits=logits), obs=labels)
+
+    guide = AutoDAIS(model, init_loc_fn=init_to_median, kernel=kernel)
+    params = _fit(guide, model, data, labels, steps=1500).params
+    assert guide.median(params)["coefs"].shape == (dim,)
+    assert guide.quantiles(params, [0.2, 0.5])["coefs"].shape == (2, dim)
+    samples = guide.sample_posterior(jax.random.key(1), params, data, labels,
+                                     sample_shape=(1000,), method="dais")
+    # posterior means of this data set (NUTS, 2000 draws: [0.98, 1.88, 2.92]); the
+    # posterior std is 0.07-0.11, so 5% relative covers Monte Carlo and optimisation error
+    np.testing.assert_allclose(samples["coefs"].mean(0), [0.98, 1.88, 2.92], rtol=0.05)
+    assert samples["logits"].shape == (1000, N)
+
+
+def test_deterministic_and_constrained_sites():
+    def model(y=None):
+        n = y.size if y is not None else 1
+        mu = numpyro.sample("mu", dist.Normal(0, 5))
+        sigma = numpyro.param("sigma", 1.0, constraint=constraints.positive)
+        scale = numpyro.sample("scale", dist.LogNormal(0.0, 1.0))
+        with numpyro.plate("N", n):
+            y = numpyro.sample("y", dist.Normal(mu, sigma * scale), obs=y)
+        numpyro.deterministic("z", (y - mu) / sigma)
+
+    y = 2 + 3 * jax.random.normal(jax.random.key(0), (300,))
+    guide = AutoDAIS(model)
+    params = _fit(guide, model, y[:200], steps=500).params
+    post = guide.sample_posterior(jax.random.key(0), params, sample_shape=(1000,))
+    assert post["z"].shape == (1000, 200)
+    assert bool((post["scale"] > 0).all())
+    post.pop("z")
+    pred = Predictive(model, post, params=params)(jax.random.key(0), y[200:])
+    assert pred["y"].shape == (1000, 100)
+    np.testing.assert_allclose((pred["y"] - post["mu"][:, None]) / params["sigma"], pred["z"],
+                               atol=0.05)
+
+
+@pytest.mark.parametrize("method", ["q0", "dais", "importance"])
+def test_predictive_agrees_with_sample_posterior(method):
+    y = models.linear_gaussian_data()
+    guide = AutoDAIS(models.linear_gaussian, K=4, num_particles=4, posterior_method=method)
+    params = _fit(guide, models.linear_gaussian, y, steps=500).params
+    a = guide.sample_posterior(jax.random.key(0), params, y, sample_shape=(2000,))["z"]
+    b = Predictive(models.linear_gaussian, guide=guide, params=params, num_samples=2000,
+                   return_sites=["z"])(jax.random.key(1), y)["z"]
+    assert a.shape == b.shape == (2000, 2)
+    # same distribution: means agree within 5 standard errors of a 2000-draw mean
+    se = jnp.std(a, 0) / jnp.sqrt(2000.0)
+    assert bool((jnp.abs(a.mean(0) - b.mean(0)) < 5 * jnp.sqrt(2.0) * se).all())
+
+
+def test_sample_posterior_batch_size_and_methods():
+    y = models.linear_gaussian_data()
+    guide = AutoDAIS(models.linear_gaussian, K=4, num_particles=4)
+    params = _fit(guide, models.linear_gaussian, y, steps=20).params
+    for method in ("q0", "importance"):
+        a = guide.sample_posterior(jax.random.key(0), params, y, sample_shape=(6, 5),
+                                   method=method)
+        b = guide.sample_posterior(jax.random.key(0), params, y, sample_shape=(6, 5),
+                                   method=method, batch_size=7)
+        assert a["z"].shape == (6, 5, 2)
+        np.testing.assert_allclose(a["z"], b["z"], rtol=1e-5)
+    c = guide.sample_posterior(jax.random.key(0), params, y, sample_shape=(10,), method="dais",
+                               batch_size=3)
+    assert c["z"].shape == (10, 2)
+    with pytest.raises(ValueError, match="method"):
+        guide.sample_posterior(jax.random.key(0), params, y, method="nuts")
+
+
+def test_q0_is_the_posterior_object():
+    y = models.linear_gaussian_data()
+    guide = AutoDAIS(models.linear_gaussian, base_dist="cholesky")
+    params = _fit(guide, models.linear_gaussian, y, steps=20).params
+    post = guide.get_posterior(params)
+    assert isinstance(post, dist.MultivariateNormal)
+    np.testing.assert_allclose(guide.median(params)["z"], params["auto_z_0_loc"])
+    eps = jnp.ones(2)
+    np.testing.assert_allclose(guide.get_transform(params)(eps),
+                               params["auto_z_0_loc"] + params["auto_z_0_scale_tril"] @ eps,
+                               rtol=1e-6)
+
+
+def test_autoguidelist_composition():
+    def model(x, y=None):
+        a = numpyro.sample("a", dist.Normal(0, 1))
+        b = numpyro.sample("b", dist.Normal(jnp.ones((2, 1)), 1))
+        with numpyro.plate("N", len(x), dim=-2):
+            numpyro.sample("y", dist.Normal(a + x @ b, 0.05), obs=y)
+
+    x = jax.random.normal(jax.random.key(0), (500, 2))
+    b_true = jnp.array([[-0.5], [-1.0]])
+    y = 1 + x @ b_true + 0.05 * jax.random.normal(jax.random.key(1), (500, 1))
+    guide = AutoGuideList(model)
+    guide.append(AutoNormal(handlers.block(model, expose=["a"])))
+    # σ = 0.05 and 500 rows give curvature ~2e5: leapfrog needs η·sqrt(H) < 2, so η ≤ 2e-3
+    guide.append(AutoDAIS(handlers.block(model, hide=["a"]), num_particles=4, eta_init=1e-3,
+                          eta_max=2e-3))
+    params = _fit(guide, model, x, y, steps=500, lr=0.1).params
+    post = guide.sample_posterior(jax.random.key(0), params, x, sample_shape=(1000,))
+    assert post["a"].shape == (1000,) and post["b"].shape == (1000, 2, 1)
+    np.testing.assert_allclose(post["a"].mean(0), 1.0, atol=0.05)
+    np.testing.assert_allclose(post["b"].mean(0), b_true, atol=0.05)
+    pred = Predictive(model, guide=guide, params=params, num_samples=100)(jax.random.key(1), x)
+    assert pred["y"].shape == (100, 500, 1)
+    assert guide.quantiles(params, [0.2, 0.5, 0.8])["b"].shape == (3, 2, 1)
+    with pytest.raises(ValueError, match="hidden"):
+        guide[1].sample_posterior(jax.random.key(0), params, x, method="dais")
+
+
+def test_divergent_particles_are_dropped_and_reported():
+    def model():
+        numpyro.sample("z", dist.Normal(0.0, 1.0))
+        # the log density is NaN for z > 1: some particles leave the domain
+        z = numpyro.sample("w", dist.Normal(0.0, 1.0))
+        numpyro.factor("wall", jnp.where(z > 1.0, jnp.nan, 0.0))
+
+    guide = AutoDAIS(model, K=2, num_particles=16, init_scale=1.0)
+    svi = SVI(model, guide, optax.adam(0.01), Trace_ELBO())
+    state = svi.init(jax.random.key(0))
+    with pytest.warns(RuntimeWarning, match="diverged"):
+        state, loss = jax.jit(svi.update)(state)
+        jax.block_until_ready(loss)
+    assert bool(jnp.isfinite(loss))
+    for value in svi.get_params(state).values():
+        assert bool(jnp.isfinite(value).all())
+
+
+def test_discrete_site_helpful_error():
+    def model():
+        p = numpyro.sample("p", dist.Beta(2.0, 2.0))
+        x = numpyro.sample("x", dist.Bernoulli(p))
+        with numpyro.plate("N", 2):
+            numpyro.sample("obs", dist.Bernoulli(p * x + (1 - p) * (1 - x)),
+                           obs=jnp.array([1.0, 0.0]))
+
+    with pytest.raises(ValueError, match="handle discrete latent site 'x'"):
+        handlers.seed(AutoDAIS(model), 0)()
+
+
+def test_subsample_plate_points_to_sldais():
+    def model(x):
+        mu = numpyro.sample("mu", dist.Normal(0, 1))
+        with numpyro.plate("n", 100, subsample_size=10):
+            numpyro.sample("x", dist.Normal(mu, 1), obs=numpyro.subsample(x, event_dim=0))
+
+    with pytest.raises(ValueError, match="AutoSurrogateLikelihoodDAIS"):
+        handlers.seed(AutoDAIS(model), 0)(jnp.zeros(100))
+
+
+def test_local_latents_error():
+    def model():
+        with numpyro.plate("n", 10, subsample_size=3):
+            numpyro.sample("x", dist.Normal(0, 1))
+
+    with pytest.raises(ValueError, match="local latent"):
+        handlers.seed(AutoDAIS(model), 0)()
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"K": 0}, "`K`"),
+        ({"K": 2.5}, "`K`"),
+        ({"num_particles": 0}, "`num_particles`"),
+        ({"eta_init": 0.2, "eta_max": 0.1}, "`eta_init`"),
+        ({"eta_init": 0.0}, "`eta_init`"),
+        ({"eta_max": -1.0}, "`eta_max`"),
+        ({"gamma_init": 1.0}, "`gamma_init`"),
+        ({"kernel": "nuts"}, "`kernel`"),
+        ({"base_dist": "full"}, "`base_dist`"),
+        ({"init_scale": 0.0}, "`init_scale`"),
+        ({"posterior_method": "mean"}, "`posterior_method`"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        AutoDAIS(models.linear_gaussian, **kwargs)
+
+
+def test_numpy_params_accepted():
+    """``jax.device_get`` params (NumPy arrays) work for every posterior method."""
+    y = models.linear_gaussian_data()
+    guide = AutoDAIS(models.linear_gaussian, K=2, num_particles=2)
+    svi = SVI(models.linear_gaussian, guide, optax.adam(0.01), Trace_ELBO())
+    params = jax.device_get(svi.get_params(svi.init(jax.random.key(0), y)))
+    for method in ("q0", "dais", "importance"):
+        out = guide.sample_posterior(jax.random.key(0), params, y, sample_shape=(3,),
+                                     method=method)
+        assert out["z"].shape == (3, 2)
+    assert bool(jnp.isfinite(guide.log_evidence(jax.random.key(0), params, y,
+                                                num_particles=10).log_Z))
