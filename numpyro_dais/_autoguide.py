@@ -56,6 +56,8 @@ def map_batched(fn, xs, batch_size=None):
 
 def _warn_nonfinite(guide_name, num_nonfinite, num_particles):
     n, total = int(num_nonfinite), int(num_particles)
+    if n == 0:  # under vmap the cond below runs both branches
+        return
     msg = (
         f"{guide_name}: {n} of {total} particle trajectories diverged (non-finite weight) "
         "and were dropped from the bound; their gradients were zeroed."

@@ -28,7 +28,8 @@ class AutoDSMCS(AutoDAIS):
     annealed HMC or Langevin transitions and, before transitions ``k ≥ 2``, resamples them
     when ``resample_when`` says so. Under ``SVI(..., Trace_ELBO())`` the loss is minus the
     SMC bound ``L = Σ_k log Σ_i W̄_i w̃_k,i`` (``E[L] ≤ log Z``), value and gradient; with
-    ``resample_when="never"`` it is exactly AutoDAIS's ``L_{N,K}`` for the same key.
+    ``resample_when="never"`` it is AutoDAIS's ``L_{N,K}``: same random numbers for the same
+    key, equal up to float32 rounding.
     Resampling gradients are stopped by default: they vanish when the ESS is maximal
     (Zenn & Bamler 2023) and do not help in practice.
 
