@@ -1,0 +1,166 @@
+"""The DSMCS scan (engine/smc.py)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from numpyro_dais.engine import dais, gaussian, smc, weights
+from numpyro_dais.engine.annealing import linear_betas
+from numpyro_dais.engine.transitions import Potential
+
+D, K, N = 3, 6, 8
+RULES = ["always", "ess", "bernoulli", "never"]
+
+# Conjugate target: ℓ(z) = log_Z + log N(z; 1, 0.5² I), so log Z is known exactly.
+LOG_Z = 1.7
+TARGET_LOC, TARGET_SCALE = 1.0, 0.5
+Q0 = gaussian.Gaussian(jnp.zeros(D), jnp.full(D, 1.5))
+
+
+def log_target(z):
+    return LOG_Z + gaussian.log_prob(
+        gaussian.Gaussian(jnp.full(D, TARGET_LOC), jnp.full(D, TARGET_SCALE)), z
+    )
+
+
+def make(q0=Q0, step_size=0.1):
+    potential = Potential(lambda z: gaussian.log_prob(q0, z), log_target)
+    params = dais.AnnealParams(linear_betas(K), jnp.full(K, step_size), jnp.ones(D), 0.9)
+    return potential, params
+
+
+@pytest.mark.parametrize("kernel", ["hmc", "langevin"])
+def test_never_reproduces_dais(kernel):
+    potential, params = make()
+    key = jax.random.PRNGKey(0)
+    d = jax.jit(lambda k: dais.run(k, Q0, potential, params, N, kernel=kernel))(key)
+    s = jax.jit(
+        lambda k: smc.run(k, Q0, potential, params, N, kernel=kernel, resample_when="never")
+    )(key)
+    # same random numbers: identical trajectories (up to XLA fusion, ~1 ulp)
+    np.testing.assert_allclose(s.z, d.z, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(s.z0, d.z0, rtol=0, atol=0)
+    # L = Σ_k log Σ_i W̄ w̃_k telescopes to log (1/N) Σ_i w_i; float32 rounding only
+    np.testing.assert_allclose(s.log_Z, weights.log_mean_exp(d.log_weights), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(s.log_weights, d.log_weights, rtol=1e-5, atol=1e-4)
+    assert not np.any(s.resampled)
+    np.testing.assert_array_equal(s.ancestors, np.tile(np.arange(N), (K, 1)))
+
+
+@functools.cache
+def _many(rule, kernel, num_systems=400):
+    """``num_systems`` independent systems (cached: each compilation costs seconds)."""
+    potential, params = make()
+    keys = jax.random.split(jax.random.PRNGKey(7), num_systems)
+    f = lambda k: smc.run(k, Q0, potential, params, N, kernel=kernel, resample_when=rule)
+    return jax.jit(jax.vmap(f))(keys)
+
+
+CASES = [(rule, "hmc") for rule in RULES] + [("bernoulli", "langevin"), ("always", "langevin")]
+
+
+@pytest.mark.parametrize("rule, kernel", CASES)
+def test_outputs(rule, kernel):
+    out = jax.tree.map(lambda x: x[0], _many(rule, kernel))
+    assert out.z.shape == (N, D) and out.log_weights.shape == (N,)
+    assert out.ess.shape == (K,) and out.resampled.shape == (K,) and out.log_Z.shape == ()
+    assert out.ancestors.shape == (K, N) and out.log_increments.shape == (K, N)
+    assert not bool(out.resampled[0])  # no resampling before the first transition
+    assert np.all((out.ess >= 1 - 1e-4) & (out.ess <= N + 1e-4))
+    if rule == "always":
+        assert np.all(out.resampled[1:])
+    a = np.asarray(out.ancestors)
+    assert a.min() >= 0 and a.max() < N
+    assert np.all(a[~np.asarray(out.resampled)] == np.arange(N))
+    # the final log weights average to the bound
+    np.testing.assert_allclose(weights.log_mean_exp(out.log_weights), out.log_Z, atol=1e-5)
+
+
+@pytest.mark.parametrize("rule, kernel", CASES)
+def test_bound_and_unbiased_evidence(rule, kernel):
+    L = np.asarray(_many(rule, kernel).log_Z, np.float64)
+    M = L.shape[0]
+    assert np.all(np.isfinite(L))
+    # E[L] ≤ log Z: the mean over M systems may exceed log Z only by MC error (3 SE).
+    se = L.std() / np.sqrt(M)
+    assert L.mean() <= LOG_Z + 3 * se
+    # Ẑ = exp(L) is unbiased for Z under every resampling rule (SMC's defining property,
+    # which a bookkeeping error after resampling would break): mean within 4 SE of Z.
+    ratio = np.exp(L - LOG_Z)
+    assert abs(ratio.mean() - 1) < 4 * ratio.std() / np.sqrt(M) + 1e-3
+
+
+def test_bernoulli_decisions_are_independent_per_system():
+    flags = np.asarray(_many("bernoulli", "langevin").resampled)
+    # some transitions resample in some systems and not in others
+    frac = flags[:, 1:].mean(0)
+    assert np.any((frac > 0) & (frac < 1))
+
+
+GRAD_KEY = jax.random.PRNGKey(3)
+
+
+@functools.cache
+def _grad(rule, gradient):
+    key = GRAD_KEY
+    potential, params = make()
+
+    def bound(step_sizes, loc):
+        q0 = gaussian.Gaussian(loc, Q0.scale)
+        pot = Potential(lambda z: gaussian.log_prob(q0, z), potential.log_target)
+        p = params._replace(step_sizes=step_sizes)
+        return smc.run(key, q0, pot, p, N, resample_when=rule, resampling_gradient=gradient).log_Z
+
+    return jax.jit(jax.value_and_grad(bound, argnums=(0, 1)))(params.step_sizes, Q0.loc)
+
+
+def test_gradients_finite_and_gst_changes_only_the_gradient():
+    v_stop, g_stop = _grad("always", "stop")
+    v_gst, g_gst = _grad("always", "gst")
+    assert np.all(np.isfinite(np.concatenate([np.ravel(g) for g in g_stop])))
+    np.testing.assert_allclose(v_stop, v_gst, rtol=1e-6)  # same forward pass
+    assert not np.allclose(g_stop[0], g_gst[0])  # GST adds resampling gradients
+
+
+def test_stop_gradient_resampling_treats_ancestors_as_constants():
+    # With gradients stopped, the bound's gradient equals that of the same computation with
+    # the drawn ancestors fed back in as constants: resampling contributes no gradient.
+    potential, params = make()
+    key = GRAD_KEY
+    fixed = np.asarray(smc.run(key, Q0, potential, params, N, resample_when="always").ancestors)
+
+    def with_fixed_ancestors(step_sizes):
+        p = params._replace(step_sizes=step_sizes)
+        init_key, move_keys = dais.step_keys(key, K)
+        state = dais.init(init_key, Q0, potential, p, N, "hmc", True)
+        log_W, L = jnp.full(N, -jnp.log(N)), 0.0
+        for k in range(K):
+            if k > 0:
+                state = jax.tree.map(lambda x, a=fixed[k]: x[a], state)
+                log_W = jnp.full(N, -jnp.log(N))
+            state, info = dais.step(
+                move_keys[k], state, dais.step_params(p, k), potential, "hmc", True
+            )
+            s = jax.scipy.special.logsumexp(log_W + info.log_increment)
+            L, log_W = L + s, log_W + info.log_increment - s
+        return L
+
+    v_ref, g_ref = jax.jit(jax.value_and_grad(with_fixed_ancestors))(params.step_sizes)
+    v, (g, _) = _grad("always", "stop")
+    np.testing.assert_allclose(v, v_ref, rtol=1e-5)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-4, atol=1e-4)
+
+
+def test_bad_options_raise():
+    potential, params = make()
+    with pytest.raises(ValueError, match="`resampling`"):
+        smc.run(jax.random.PRNGKey(0), Q0, potential, params, N, resampling_scheme="residual")
+    with pytest.raises(ValueError, match="`ess_threshold`"):
+        smc.run(
+            jax.random.PRNGKey(0), Q0, potential, params, N, resample_when="ess", ess_threshold=0.0
+        )
+    with pytest.raises(ValueError, match="`kernel`"):
+        smc.run(jax.random.PRNGKey(0), Q0, potential, params, N, kernel="mala")
