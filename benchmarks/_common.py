@@ -1,29 +1,169 @@
-"""Shared helpers for the benchmark scripts: machine description and results files."""
+"""Helpers shared by the benchmark scripts: modes, machine info, timing, SVI runs, results.
 
+Every script is run from the repository root as ``python -m benchmarks.<name>`` with
+``--quick`` (minutes), ``--smoke`` (seconds, for the test suite) or neither (full mode),
+and writes ``<out-dir>/<name>{_quick,_smoke}.md`` plus its figures.
+"""
+
+import argparse
 import os
 import platform
 import shlex
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import jax
+import numpy as np
+import numpyro
+from numpyro.infer import util as infer_util
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+MODES = ("full", "quick", "smoke")
 
 
-def machine() -> str:
-    return (f"{platform.platform()}; {os.cpu_count()} CPU cores; python "
-            f"{platform.python_version()}; jax {jax.__version__} on {jax.default_backend()}")
+def parse_args(description, argv=None, extra=None):
+    """Command line ``--quick`` / ``--smoke`` / ``--out-dir``; ``extra(parser)`` adds more."""
+    parser = argparse.ArgumentParser(description=description)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quick", action="store_true", help="small settings (minutes)")
+    group.add_argument("--smoke", action="store_true", help="tiny settings (test suite)")
+    parser.add_argument(
+        "--out-dir", type=Path, default=RESULTS_DIR, help="where the results file and figures go"
+    )
+    if extra is not None:
+        extra(parser)
+    args = parser.parse_args(argv)
+    args.mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    return args
 
 
-def write_results(name: str, lines: list[str]) -> Path:
-    """Print ``lines`` and write them to ``benchmarks/results/<name>.md`` with the command and
-    the machine noted."""
-    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
-    text = "\n".join([f"# {name}", "", f"command: `{command}`", "", f"machine: {machine()}", "",
-                      *lines, ""])
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{name}.md"
-    path.write_text(text)
+def output_name(name, mode):
+    """``name`` for full mode, ``name_quick`` / ``name_smoke`` otherwise."""
+    return name if mode == "full" else f"{name}_{mode}"
+
+
+def machine_info():
+    """Platform, CPU count, load and library versions, as a dict of strings."""
+    try:
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        load = "n/a"
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu count": str(os.cpu_count()),
+        "load average at start (1, 5, 15 min)": load,
+        "jax": jax.__version__,
+        "numpyro": numpyro.__version__,
+        "devices": ", ".join(str(d) for d in jax.devices()),
+    }
+
+
+def command_line(module):
+    """The command that reproduces this run."""
+    return " ".join(["python", "-m", module, *map(shlex.quote, sys.argv[1:])])
+
+
+class Stopwatch:
+    """Wall-clock time since creation, and named laps."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.laps = {}
+
+    def elapsed(self):
+        return time.perf_counter() - self.start
+
+    @contextmanager
+    def lap(self, name):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.laps[name] = self.laps.get(name, 0.0) + time.perf_counter() - t0
+
+
+def markdown_table(headers, rows):
+    """A GitHub markdown table from a header list and rows of cells (converted with ``str``)."""
+    lines = [
+        "| " + " | ".join(map(str, headers)) + " |",
+        "|" + "|".join("---" for _ in headers) + "|",
+    ]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def sci(x, digits=2):
+    """``1.23e-04`` style; ``nan`` stays ``nan``."""
+    x = float(x)
+    return "nan" if not np.isfinite(x) else f"{x:.{digits}e}"
+
+
+def write_results(out_dir, name, mode, title, module, body, stopwatch=None):
+    """Write ``<out_dir>/<name>{_mode}.md``: title, command, machine, wall time, ``body``."""
+    info = machine_info()
+    lines = [
+        f"# {title}",
+        "",
+        f"Mode: **{mode}**",
+        "",
+        "Command (from the repository root):",
+        "",
+        "```",
+        command_line(module),
+        "```",
+        "",
+        "Machine:",
+        "",
+    ]
+    lines += [f"* {k}: {v}" for k, v in info.items()]
+    if stopwatch is not None:
+        lines += [f"* wall time: {stopwatch.elapsed():.0f} s"]
+        lines += [f"  * {k}: {v:.0f} s" for k, v in stopwatch.laps.items()]
+    lines += ["", body.rstrip(), ""]
+    path = Path(out_dir) / f"{output_name(name, mode)}.md"
+    path.write_text("\n".join(lines))
     return path
+
+
+def fit_svi(svi, model_args, rng_keys, num_steps, num_checkpoints=1, init_key=None):
+    """Train one SVI problem from several seeds at once.
+
+    ``vmap`` over the seeds of a jitted ``lax.scan`` over ``svi.update``; every seed starts
+    from the same initial parameters (``svi.init`` with ``init_key``) and differs only in
+    its random stream. Returns ``(params, losses)``: ``params`` has leading shape
+    ``(num_seeds, num_checkpoints)`` (parameters after each equal chunk of steps, the last
+    one after ``num_steps``), ``losses`` has shape ``(num_seeds, num_steps)``.
+    """
+    if num_steps % num_checkpoints:
+        raise ValueError("num_steps must be a multiple of num_checkpoints")
+    init_key = jax.random.PRNGKey(0) if init_key is None else init_key
+    state0 = svi.init(init_key, *model_args)
+    chunk = num_steps // num_checkpoints
+
+    def one_chunk(state, _):
+        state, losses = jax.lax.scan(
+            lambda s, _: svi.update(s, *model_args), state, None, length=chunk
+        )
+        return state, (svi.get_params(state), losses)
+
+    def run(key):
+        _, (params, losses) = jax.lax.scan(
+            one_chunk, state0._replace(rng_key=key), None, length=num_checkpoints
+        )
+        return params, losses.reshape(-1)
+
+    params, losses = jax.jit(jax.vmap(run))(rng_keys)
+    return params, np.asarray(losses)
+
+
+def log_joint_fn(model, model_args, site):
+    """``z -> log p(x, z)`` for a model whose only latent is the real-valued site ``site``."""
+
+    def log_joint(z):
+        return infer_util.log_density(model, model_args, {}, {site: z})[0]
+
+    return log_joint

@@ -6,13 +6,11 @@ Quality: posterior mean and std MAE against a long NUTS run on a real data set
 (scikit-learn's bundled breast-cancer data if installed, else a generated one) for DAIS₀ (q0),
 DAIS end points, and AutoNormal.
 
-    python benchmarks/autodais_vs_numpyro.py            # full (~10 min on 2 cores)
-    python benchmarks/autodais_vs_numpyro.py --quick    # ~2 min
+    python -m benchmarks.autodais_vs_numpyro            # full (~10 min on 2 cores)
+    python -m benchmarks.autodais_vs_numpyro --quick    # ~2 min
 """
 
-import argparse
 import statistics
-import sys
 import time
 
 import jax
@@ -26,8 +24,7 @@ from numpyro.infer.autoguide import AutoNormal
 
 from numpyro_dais import AutoDAIS
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _common import write_results  # noqa: E402
+from benchmarks._common import Stopwatch, parse_args, write_results
 
 
 def load_data():
@@ -94,12 +91,11 @@ def flat(samples):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
+    args = parse_args(__doc__.splitlines()[0])
+    stopwatch = Stopwatch()
     K = 8
-    repeats, steps = (3, 20) if args.quick else (7, 50)
-    fit_steps = 2000 if args.quick else 10_000
+    repeats, steps, fit_steps = {"full": (7, 50, 10_000), "quick": (3, 20, 2000),
+                                 "smoke": (1, 2, 20)}[args.mode]
     X, y, data_name = load_data()
     lines = [f"data: {data_name}; K = {K}; step times: median of {repeats} blocks of "
              f"{steps} jitted steps", ""]
@@ -129,7 +125,8 @@ def main():
         "",
     ]
 
-    mcmc = MCMC(NUTS(model), num_warmup=1000, num_samples=4000 if not args.quick else 1000,
+    num_nuts = {"full": 4000, "quick": 1000, "smoke": 50}[args.mode]
+    mcmc = MCMC(NUTS(model), num_warmup=min(1000, num_nuts), num_samples=num_nuts,
                 progress_bar=False)
     mcmc.run(jax.random.key(2), X, y)
     ref = flat(mcmc.get_samples())
@@ -150,7 +147,11 @@ def main():
         s = flat(samples)
         lines.append(f"| {name} | {float(jnp.mean(jnp.abs(s.mean(0) - ref.mean(0)))):.4f} | "
                      f"{float(jnp.mean(jnp.abs(s.std(0) - ref.std(0)))):.4f} |")
-    write_results("autodais_vs_numpyro" + ("_quick" if args.quick else ""), lines)
+    body = "\n".join(lines)
+    print(body)
+    write_results(args.out_dir, "autodais_vs_numpyro", args.mode,
+                  "AutoDAIS against numpyro's AutoDAIS", "benchmarks.autodais_vs_numpyro", body,
+                  stopwatch)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""Benchmarks reproducing the papers' experiments; run as ``python -m benchmarks.<name>``."""

@@ -1,0 +1,34 @@
+"""Smoke test: every DAIS₀ benchmark script runs end to end in its ``--smoke`` mode."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+pytest.importorskip("sklearn")
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ["dais0_bimodal", "dais0_gp_regression", "dais0_logistic"]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_benchmark_smoke(name, tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="Agg")
+    proc = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", "--smoke", "--out-dir", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = tmp_path / f"{name}_smoke.md"
+    assert result.exists()
+    text = result.read_text()
+    assert f"python -m benchmarks.{name} --smoke" in text
+    assert "cpu count" in text and "jax" in text
+    assert list(tmp_path.glob("*.png"))
