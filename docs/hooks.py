@@ -80,14 +80,15 @@ def _expand(nav):
     out = []
     for item in nav:
         if isinstance(item, dict):
-            (title, value), = item.items()
+            ((title, value),) = item.items()
             if value == "results/index.md":
-                pages = [{_title(p.read_text(encoding="utf-8"), p.stem): f"results/{p.name}"}
-                         for p in _result_pages()]
+                pages = [
+                    {_title(p.read_text(encoding="utf-8"), p.stem): f"results/{p.name}"}
+                    for p in _result_pages()
+                ]
                 value = [value, *pages]
             elif value == "examples/index.md":
-                value = [value, *({_notebook_title(p): f"examples/{p.name}"}
-                                  for p in _notebooks())]
+                value = [value, *({_notebook_title(p): f"examples/{p.name}"} for p in _notebooks())]
             elif isinstance(value, list):
                 value = _expand(value)
             item = {title: value}
@@ -113,8 +114,9 @@ def missing_docstrings(search_path=ROOT):
     """
     import griffe
 
-    package = griffe.load(PACKAGE, search_paths=[str(search_path)], resolve_aliases=True,
-                          resolve_external=False)
+    package = griffe.load(
+        PACKAGE, search_paths=[str(search_path)], resolve_aliases=True, resolve_external=False
+    )
     exports = package.exports or []
     missing = []
     for name in sorted(exports):
@@ -253,8 +255,11 @@ def on_page_markdown(markdown, page, config, files):
         match = _IDENT.match(line)
         if match and match.group(1) in PENDING and not (ROOT / PENDING[match.group(1)]).exists():
             name = match.group(1)
-            log.info("%s: %s not present yet, API entry replaced by a note", page.file.src_uri,
-                     PENDING[name])
+            log.info(
+                "%s: %s not present yet, API entry replaced by a note",
+                page.file.src_uri,
+                PENDING[name],
+            )
             out += [
                 f'!!! note "API reference of `{name}`"',
                 f"    `{PENDING[name]}` is not part of this checkout yet; the reference is",
