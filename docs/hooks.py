@@ -190,7 +190,7 @@ def _examples_index():
     ]
     nbs = _notebooks()
     for p in nbs:
-        lines.append(f"* [{_notebook_title(p)}]({p.stem}.md) (`examples/{p.name}`)")
+        lines.append(f"* [{_notebook_title(p)}]({p.name}) (`examples/{p.name}`)")
     if not nbs:
         lines.append("No notebooks are present in `examples/` in this checkout.")
     return "\n".join(lines) + "\n"
@@ -238,7 +238,19 @@ def on_files(files, config):
         add(f"results/{fig.name}", abs_src_path=str(fig))
     add("examples/index.md", content=_examples_index())
     for nb in _notebooks():
-        add(f"examples/{nb.name}", abs_src_path=str(nb))
+        # A plain File rooted at the repository (src_uri "examples/<name>.ipynb"): the
+        # notebook wrapper of mkdocs-jupyter needs `src_dir`, which generated files lack.
+        existing = files.get_file_from_path(f"examples/{nb.name}")
+        if existing is not None:
+            files.remove(existing)
+        files.append(
+            File(
+                f"examples/{nb.name}",
+                src_dir=str(ROOT),
+                dest_dir=config["site_dir"],
+                use_directory_urls=config["use_directory_urls"],
+            )
+        )
     add("reference/engine.md", content=_engine_reference())
     return files
 
