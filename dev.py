@@ -2,10 +2,12 @@
 
     python dev.py quickstart   # fit a Bayesian logistic regression with AutoDAIS vs AutoNormal
     python dev.py test         # run the test suite
+    python dev.py docs         # build the documentation site into site/ (mkdocs --strict)
+    python dev.py docs serve   # ... or preview it at http://127.0.0.1:8000 while editing
 
 On first use (or when pyproject.toml changes) this creates ``.venv/`` and installs the
-package with its test dependencies into it. Extra arguments are passed on (to pytest, or to
-the quick-start script).
+package with its test dependencies (which include the documentation tools) into it. Extra
+arguments are passed on (to pytest, to the quick-start script, or to mkdocs).
 """
 
 import hashlib
@@ -31,19 +33,23 @@ def ensure_venv():
         venv.EnvBuilder(with_pip=True).create(VENV)
     print("installing numpyro-dais and its test dependencies ...", flush=True)
     subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
-    subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", "-e", f"{ROOT}[test]"],
-                   check=True)
+    subprocess.run([str(PYTHON), "-m", "pip", "install", "-q", "-e", f"{ROOT}[test]"], check=True)
     STAMP.write_text(digest)
 
 
 def main(argv):
-    if not argv or argv[0] not in ("quickstart", "test"):
+    if not argv or argv[0] not in ("quickstart", "test", "docs"):
         print(__doc__)
         return 2
     ensure_venv()
     command, rest = argv[0], argv[1:]
     if command == "quickstart":
         cmd = [str(PYTHON), str(ROOT / "examples" / "quickstart.py"), *rest]
+    elif command == "docs":
+        if rest and rest[0] == "serve":
+            cmd = [str(PYTHON), "-m", "mkdocs", "serve", *rest[1:]]
+        else:
+            cmd = [str(PYTHON), "-m", "mkdocs", "build", "--strict", *rest]
     else:
         cmd = [str(PYTHON), "-m", "pytest", "-n", "auto", "-q", *rest]
     return subprocess.run(cmd, cwd=ROOT).returncode

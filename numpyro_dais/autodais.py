@@ -37,8 +37,12 @@ POSTERIOR_METHODS = ("q0", "dais", "importance")
 
 
 class LogEvidence(NamedTuple):
-    log_Z: jax.Array  # () AIS estimate of log Z (log-mean-exp of the weights)
-    ess: jax.Array  # () effective sample size of those weights
+    """Result of :meth:`AutoDAIS.log_evidence`: an AIS estimate of ``log Z`` and its ESS."""
+
+    log_Z: jax.Array
+    """``()`` AIS estimate of ``log Z = log p(x)`` (log-mean-exp of the weights)."""
+    ess: jax.Array
+    """``()`` effective sample size of those weights, in ``[1, num_particles]``."""
 
 
 def _zero(z):
@@ -286,9 +290,11 @@ class AutoDAIS(ContinuousGuide):
     # -- q0 as an explicit posterior (DAIS₀) ---------------------------------------------------
 
     def get_base_dist(self):
+        """The standard normal ``N(0, I_D)`` that :meth:`get_transform` maps to ``q0``."""
         return dist.Normal(jnp.zeros(self.latent_dim), 1.0).to_event(1)
 
     def get_transform(self, params):
+        """The affine map from :meth:`get_base_dist` to ``q0`` (unconstrained space)."""
         q0, _ = self._guide_params_from(params)
         if gaussian.is_diagonal(q0):
             return AffineTransform(q0.loc, q0.scale, domain=constraints.real_vector)
@@ -302,10 +308,16 @@ class AutoDAIS(ContinuousGuide):
         return dist.MultivariateNormal(q0.loc, scale_tril=q0.scale)
 
     def median(self, params):
+        """Posterior median from ``q0`` (its mean, constrained), as a dict of site values."""
         q0, _ = self._guide_params_from(params)
         return self._transform(q0.loc)
 
     def quantiles(self, params, quantiles):
+        """Posterior quantiles from ``q0`` (marginal normal quantiles, constrained).
+
+        :param quantiles: array of quantiles in ``(0, 1)``, e.g. ``[0.05, 0.5, 0.95]``.
+        :return: dict of site values with a leading axis over ``quantiles``.
+        """
         q0, _ = self._guide_params_from(params)
         normal_q = dist.Normal(0.0, 1.0).icdf(jnp.asarray(quantiles))
         return self._transform(q0.loc + normal_q[..., None] * gaussian.marginal_std(q0))

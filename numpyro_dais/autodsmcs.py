@@ -16,9 +16,14 @@ from numpyro_dais.engine.resampling import check_options
 
 
 class SMCDiagnostics(NamedTuple):
-    ess: jax.Array  # (..., K) ESS of the weights after transition k, in [1, N]
-    resampled: jax.Array  # (..., K) bool: resampled just before transition k
-    log_Z: jax.Array  # (...,) the bound's value L = log Ẑ of each particle system
+    """Result of :meth:`AutoDSMCS.diagnostics`, per particle system."""
+
+    ess: jax.Array
+    """``(..., K)`` ESS of the weights after transition ``k``, in ``[1, N]``."""
+    resampled: jax.Array
+    """``(..., K)`` bool: resampled just before transition ``k``."""
+    log_Z: jax.Array
+    """``(...,)`` the bound's value ``L = log Ẑ`` of each particle system."""
 
 
 class AutoDSMCS(AutoDAIS):

@@ -1,0 +1,284 @@
+"""MkDocs hooks of the documentation site (registered in ``mkdocs.yml``).
+
+What they do, so that the site cannot drift from the repository:
+
+* **Reproduced results.** ``benchmarks/results/*.md`` (and their figures) become pages under
+  ``results/`` at build time; the "Reproduced results" nav section lists whatever is there.
+* **Notebooks.** ``examples/*.ipynb`` become pages under ``examples/`` (rendered, not executed,
+  by mkdocs-jupyter); none present is fine.
+* **Engine reference.** ``reference/engine.md`` has one ``::: numpyro_dais.engine.<module>``
+  block per module file in ``numpyro_dais/engine/``.
+* **Guides built on other branches.** While ``numpyro_dais/autosldais.py`` or
+  ``numpyro_dais/autogpvi.py`` does not exist, a ``::: numpyro_dais.AutoSurrogateLikelihoodDAIS``
+  (``AutoGPVI``) block is replaced by a note. Once the file exists the block is rendered as
+  usual, so a broken or missing export then fails the strict build.
+* **Docstrings.** Every member of ``numpyro_dais.__all__`` and every public method, property
+  and nested class it declares must have a docstring; a missing one is a warning, which
+  ``mkdocs build --strict`` turns into a failure.
+"""
+
+import logging
+import re
+from pathlib import Path
+
+from mkdocs.plugins import event_priority
+from mkdocs.structure.files import File
+
+# Under the "mkdocs" logger, so that warnings count towards --strict.
+log = logging.getLogger("mkdocs.hooks.numpyro_dais")
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = "numpyro_dais"
+RESULTS = ROOT / "benchmarks" / "results"
+EXAMPLES = ROOT / "examples"
+ENGINE = ROOT / PACKAGE / "engine"
+
+#: API objects whose module is being written on another branch: object -> module file.
+PENDING = {
+    f"{PACKAGE}.AutoSurrogateLikelihoodDAIS": f"{PACKAGE}/autosldais.py",
+    f"{PACKAGE}.AutoGPVI": f"{PACKAGE}/autogpvi.py",
+}
+
+_IDENT = re.compile(r"^:::\s+(\S+)\s*$")
+
+
+def _title(text, default):
+    """The first Markdown heading of ``text``, else ``default``."""
+    for line in text.splitlines():
+        if line.startswith("# "):
+            return line[2:].strip()
+    return default
+
+
+def _notebook_title(path):
+    import json
+
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    except (OSError, ValueError):
+        return path.stem
+    for cell in cells:
+        if cell.get("cell_type") == "markdown":
+            source = "".join(cell.get("source", []))
+            return _title(source, path.stem)
+    return path.stem
+
+
+def _result_pages():
+    return sorted(RESULTS.glob("*.md"))
+
+
+def _notebooks():
+    return sorted(EXAMPLES.glob("*.ipynb"))
+
+
+# -- nav ----------------------------------------------------------------------------------
+
+
+def _expand(nav):
+    """Replace the ``examples/index.md`` and ``results/index.md`` entries by sections."""
+    out = []
+    for item in nav:
+        if isinstance(item, dict):
+            ((title, value),) = item.items()
+            if value == "results/index.md":
+                pages = [
+                    {_title(p.read_text(encoding="utf-8"), p.stem): f"results/{p.name}"}
+                    for p in _result_pages()
+                ]
+                value = [value, *pages]
+            elif value == "examples/index.md":
+                value = [value, *({_notebook_title(p): f"examples/{p.name}"} for p in _notebooks())]
+            elif isinstance(value, list):
+                value = _expand(value)
+            item = {title: value}
+        out.append(item)
+    return out
+
+
+def on_config(config):
+    config["nav"] = _expand(config["nav"])
+    return config
+
+
+# -- docstring check ----------------------------------------------------------------------
+
+
+def missing_docstrings(search_path=ROOT):
+    """Public API objects of ``numpyro_dais`` without a docstring (dotted paths).
+
+    Checks every name in ``numpyro_dais.__all__`` (classes and functions) and the public
+    methods, properties and nested classes that each exported class declares itself
+    (inherited numpyro methods are numpyro's business). Static analysis with griffe: nothing
+    is imported.
+    """
+    import griffe
+
+    package = griffe.load(
+        PACKAGE, search_paths=[str(search_path)], resolve_aliases=True, resolve_external=False
+    )
+    exports = package.exports or []
+    missing = []
+    for name in sorted(exports):
+        if name.startswith("__"):
+            continue
+        obj = package[name]
+        obj = obj.final_target if obj.is_alias else obj
+        if not (obj.is_class or obj.is_function):
+            continue
+        if not (obj.docstring and obj.docstring.value.strip()):
+            missing.append(f"{PACKAGE}.{name}")
+        if not obj.is_class:
+            continue
+        for member_name, member in obj.members.items():
+            if member_name.startswith("_") or member.is_alias:
+                continue
+            is_property = member.is_attribute and "property" in member.labels
+            if not (member.is_function or member.is_class or is_property):
+                continue
+            if not (member.docstring and member.docstring.value.strip()):
+                missing.append(f"{PACKAGE}.{name}.{member_name}")
+    return missing
+
+
+def on_pre_build(config):
+    for path in missing_docstrings():
+        log.warning("public API without a docstring: %s", path)
+
+
+# -- generated files ------------------------------------------------------------------------
+
+
+def _results_index():
+    lines = [
+        "# Reproduced results",
+        "",
+        "Results of the benchmark scripts in `benchmarks/`, which reproduce experiments of the",
+        "papers behind the guides. Each page below *is* the file `benchmarks/results/<name>.md`",
+        "written by the script (copied at build time, so it cannot drift); the figures it",
+        "names are shown at its end. Quick-mode runs use far fewer steps than the papers:",
+        "read the settings and the shortfall notes of each page before comparing numbers.",
+        "",
+    ]
+    pages = _result_pages()
+    for p in pages:
+        title = _title(p.read_text(encoding="utf-8"), p.stem)
+        lines.append(f"* [{title}]({p.name}) (`benchmarks/results/{p.name}`)")
+    if not pages:
+        lines.append("No result files are present in `benchmarks/results/` in this checkout.")
+    return "\n".join(lines) + "\n"
+
+
+def _result_page(path):
+    text = path.read_text(encoding="utf-8").rstrip() + "\n"
+    figures = sorted(RESULTS.glob(f"{path.stem}*.png"))
+    if figures:
+        text += "\n## Figures\n\n"
+        for fig in figures:
+            text += f"![{fig.name}]({fig.name})\n\n*`{fig.name}`*\n\n"
+    return text
+
+
+def _examples_index():
+    lines = [
+        "# Examples",
+        "",
+        "Notebooks from `examples/`, rendered as stored (they are not executed while the site",
+        "is built; the test suite executes them). `examples/quickstart.py` is what",
+        "`python dev.py quickstart` runs.",
+        "",
+    ]
+    nbs = _notebooks()
+    for p in nbs:
+        lines.append(f"* [{_notebook_title(p)}]({p.name}) (`examples/{p.name}`)")
+    if not nbs:
+        lines.append("No notebooks are present in `examples/` in this checkout.")
+    return "\n".join(lines) + "\n"
+
+
+def _engine_reference():
+    lines = [
+        "# Engine reference",
+        "",
+        "The pure-JAX engine (`numpyro_dais.engine`): functions of arrays and log-density",
+        "callables, no NumPyro. See [How it works](../how-it-works.md) for the map from",
+        "these modules to the math.",
+        "",
+        f"::: {PACKAGE}.engine",
+        "    options:",
+        "      members: false",
+        "      show_root_heading: false",
+        "",
+    ]
+    for path in sorted(ENGINE.glob("*.py")):
+        if path.stem.startswith("_"):
+            continue
+        lines += [
+            f"::: {PACKAGE}.engine.{path.stem}",
+            "    options:",
+            "      show_if_no_docstring: true",
+            "      show_root_full_path: true",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+@event_priority(100)  # before mkdocs-jupyter picks the notebooks out of the file list
+def on_files(files, config):
+    def add(src_uri, **kwargs):
+        existing = files.get_file_from_path(src_uri)
+        if existing is not None:
+            files.remove(existing)
+        files.append(File.generated(config, src_uri, **kwargs))
+
+    add("results/index.md", content=_results_index())
+    for path in _result_pages():
+        add(f"results/{path.name}", content=_result_page(path))
+    for fig in sorted(RESULTS.glob("*.png")):
+        add(f"results/{fig.name}", abs_src_path=str(fig))
+    add("examples/index.md", content=_examples_index())
+    for nb in _notebooks():
+        # A plain File rooted at the repository (src_uri "examples/<name>.ipynb"): the
+        # notebook wrapper of mkdocs-jupyter needs `src_dir`, which generated files lack.
+        existing = files.get_file_from_path(f"examples/{nb.name}")
+        if existing is not None:
+            files.remove(existing)
+        files.append(
+            File(
+                f"examples/{nb.name}",
+                src_dir=str(ROOT),
+                dest_dir=config["site_dir"],
+                use_directory_urls=config["use_directory_urls"],
+            )
+        )
+    add("reference/engine.md", content=_engine_reference())
+    return files
+
+
+# -- guides that are not merged yet ---------------------------------------------------------
+
+
+def on_page_markdown(markdown, page, config, files):
+    out, skipping = [], False
+    for line in markdown.splitlines():
+        if skipping and (line.startswith("    ") or not line.strip()):
+            continue  # the options block of a skipped `:::` entry
+        skipping = False
+        match = _IDENT.match(line)
+        if match and match.group(1) in PENDING and not (ROOT / PENDING[match.group(1)]).exists():
+            name = match.group(1)
+            log.info(
+                "%s: %s not present yet, API entry replaced by a note",
+                page.file.src_uri,
+                PENDING[name],
+            )
+            out += [
+                f'!!! note "API reference of `{name}`"',
+                f"    `{PENDING[name]}` is not part of this checkout yet; the reference is",
+                "    generated from its docstrings once it is.",
+                "",
+            ]
+            skipping = True
+            continue
+        out.append(line)
+    return "\n".join(out) + "\n"
