@@ -5,6 +5,24 @@ Nothing in this package imports NumPyro. Every function is a pure function of ar
 The guides in :mod:`numpyro_dais` are thin NumPyro adapters over it.
 """
 
-from numpyro_dais.engine import annealing, dais, gaussian, transitions, weights
+from numpyro_dais.engine import (
+    annealing,
+    dais,
+    gaussian,
+    gpvi,
+    kernels,
+    networks,
+    transitions,
+    weights,
+)
 
-__all__ = ["annealing", "dais", "gaussian", "transitions", "weights"]
+__all__ = [
+    "annealing",
+    "dais",
+    "gaussian",
+    "gpvi",
+    "kernels",
+    "networks",
+    "transitions",
+    "weights",
+]
