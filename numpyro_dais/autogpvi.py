@@ -245,6 +245,8 @@ class AutoGPVI(ContinuousGuide):
         rng_key = numpyro.prng_key()
         layers, lam = self._generator_params()
         helper = self._layers("helper", self._init_helper) if self._jac == "helper" else None
+        # a diverged helper must not turn the whole update into NaN
+        helper = self._bound_safe(helper) if helper is not None else None
         model_params = self._model_params()
         if numpyro.get_mask() is False:
             # Not inside a loss (e.g. ``Predictive``): one fresh draw, as sample_posterior.
