@@ -13,11 +13,11 @@ References:
 """
 
 import warnings
-from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpyro
+import optax
 from numpyro.distributions import constraints
 from numpyro.infer.initialization import init_to_uniform
 
@@ -38,32 +38,48 @@ MONITORS = ("ksd", "energy")
 EXACT_MAX_DIM = 100
 
 
-def _warn_helper(guide_name, rel_loss, loss):
-    warnings.warn(
-        f"{guide_name}: the helper network diverged (loss {float(loss):.4g}, "
-        f"{float(rel_loss):.4g}× the loss of predicting 0). This step used J^-T v ≈ v / λ "
-        "instead of its prediction. Lower the helper's learning rate (e.g. with "
-        "optax.multi_transform on the '_helper_' params) or use jacobian='exact'.",
-        RuntimeWarning,
-        stacklevel=2,
+def _warn(guide_name, num_nonfinite, num_fallback, total, helper_rel_loss, helper_loss, is_helper):
+    n_bad, n_fb, total = int(num_nonfinite), int(num_fallback), int(total)
+    if n_bad:
+        warnings.warn(
+            f"{guide_name}: {n_bad} of {total} particles had a non-finite log joint or "
+            "gradient; they were left out of this step.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    if n_fb and is_helper:
+        warnings.warn(
+            f"{guide_name}: the helper network diverged (loss {float(helper_loss):.4g}, "
+            f"{float(helper_rel_loss):.4g}× the loss of predicting 0). This step used "
+            "J^-T v ≈ v / λ instead of its prediction. Lower the helper's learning rate "
+            "(AutoGPVI.split_optimizer) or use jacobian='exact'.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    elif n_fb:
+        warnings.warn(
+            f"{guide_name}: the generator Jacobian was singular at {n_fb} of {total} "
+            "particles; this step used J^-T v ≈ v / λ there.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def _report(guide_name, is_helper, num_nonfinite, out, total):
+    """Warn from inside jitted code (one host callback, only when something went wrong)."""
+    args = (
+        num_nonfinite,
+        out.num_fallback,
+        out.helper_rel_loss,
+        jax.lax.stop_gradient(out.helper_loss),
     )
-
-
-def _warn_nonfinite(guide_name, what, n, total):
-    warnings.warn(
-        f"{guide_name}: {int(n)} of {int(total)} particles had {what}; they were left out "
-        "of this step (gradients of the log joint zeroed / J^-T v ≈ v / λ).",
-        RuntimeWarning,
-        stacklevel=2,
-    )
-
-
-def _report(guide_name, what, n, total):
     jax.lax.cond(
-        n > 0,
-        lambda m: jax.debug.callback(partial(_warn_nonfinite, guide_name, what), m, total),
-        lambda m: None,
-        n,
+        (num_nonfinite > 0) | (out.num_fallback > 0),
+        lambda a: jax.debug.callback(
+            lambda n, fb, rel, loss: _warn(guide_name, n, fb, total, rel, loss, is_helper), *a
+        ),
+        lambda a: None,
+        args,
     )
 
 
@@ -118,7 +134,7 @@ class AutoGPVI(ContinuousGuide):
 
     Parameters: ``{prefix}_generator_{l}_w/_b``, ``{prefix}_helper_{l}_w/_b`` (``"helper"``
     only) and ``{prefix}_lambda`` (if learnt). The helper usually wants its own learning
-    rate: ``optax.multi_transform`` keyed on ``"_helper_" in name``.
+    rate: :meth:`split_optimizer`.
     """
 
     def __init__(
@@ -180,6 +196,16 @@ class AutoGPVI(ContinuousGuide):
         self.num_summary_draws = num_summary_draws
         self._init_scale = init_scale
         super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn)
+
+    @staticmethod
+    def split_optimizer(optimizer, helper_optimizer):
+        """``optax.multi_transform``: ``helper_optimizer`` for the helper's parameters
+        (names containing ``"_helper_"``), ``optimizer`` for all others. The helper chases
+        a moving target and usually needs a smaller, constant learning rate."""
+        labels = lambda params: {
+            name: "helper" if "_helper_" in name else "rest" for name in params
+        }
+        return optax.multi_transform({"helper": helper_optimizer, "rest": optimizer}, labels)
 
     # -- set-up -------------------------------------------------------------------------------
 
@@ -265,7 +291,6 @@ class AutoGPVI(ContinuousGuide):
         log_joint = self._log_joint(args, kwargs, model_params)
         ell, score = jax.vmap(jax.value_and_grad(log_joint))(z_prime)
         finite = jnp.isfinite(ell) & jnp.all(jnp.isfinite(score), axis=-1)
-        _report(name, "a non-finite log joint or gradient", jnp.sum(~finite), N)
         score = jnp.where(finite[:, None], jax.lax.stop_gradient(score), 0.0)
         ell_safe = jnp.where(finite, ell, 0.0)
 
@@ -280,21 +305,13 @@ class AutoGPVI(ContinuousGuide):
                 helper_layers=helper,
                 max_helper_rel_loss=self.max_helper_rel_loss,
             )
-            if self._jac == "helper":
-                jax.lax.cond(
-                    out.num_fallback > 0,
-                    lambda a: jax.debug.callback(partial(_warn_helper, name), *a),
-                    lambda a: None,
-                    (out.helper_rel_loss, jax.lax.stop_gradient(out.helper_loss)),
-                )
-            else:
-                _report(name, "a singular generator Jacobian", out.num_fallback, N)
         else:
             out = gpvi.amortized_svgd_direction(jax.vmap(f_fixed)(eps), z_prime, score)
+        _report(name, self._jac == "helper", jnp.sum(~finite), out, N)
 
         surrogate = (
             jnp.mean(jnp.sum(out.g * jax.vmap(f)(eps), axis=-1))
-            + out.helper_loss
+            + jnp.where(jnp.isfinite(out.helper_loss), out.helper_loss, 0.0)
             - jnp.sum(ell_safe) / jnp.maximum(jnp.sum(finite), 1)
         )
         if self.monitor == "ksd":
@@ -304,9 +321,10 @@ class AutoGPVI(ContinuousGuide):
         # Trace_ELBO's loss is −ℓ(z*) + factor, with z* = z′_0 handed to the model:
         # the factor cancels ℓ(z*) (value and model-parameter gradient) and leaves
         # value = monitor, gradient = ∇ surrogate.
-        factor = (
-            ell[0] + surrogate - jax.lax.stop_gradient(surrogate) + jax.lax.stop_gradient(value)
-        )
+        # (S − sg(S)) is formed first: added to ℓ(z*) before the subtraction, a large S
+        # would swallow the monitor's digits.
+        zero_with_grad = surrogate - jax.lax.stop_gradient(surrogate)
+        factor = (ell[0] + jax.lax.stop_gradient(value)) + zero_with_grad
         emit_log_weight(f"{self.prefix}_gpvi_surrogate", factor)
         return z_prime[0]
 

@@ -34,7 +34,7 @@ class Direction(NamedTuple):
 
     g: jax.Array  # (N, D) descent direction per update particle (no gradient)
     bandwidth: jax.Array  # () median bandwidth h of the kernel
-    helper_loss: jax.Array  # () helper loss, differentiable in η (0 without a helper)
+    helper_loss: jax.Array  # () helper loss, differentiable in η; may be non-finite (0 w/o helper)
     helper_rel_loss: jax.Array  # () helper loss / mean ‖v‖² (1 = as bad as predicting 0)
     num_fallback: jax.Array  # () fresh particles whose J^{-T} v fell back to v / λ
 
@@ -122,7 +122,6 @@ def gpvi_direction(
         )
         ok = jnp.isfinite(rel) & (rel <= max_helper_rel_loss) & jnp.all(jnp.isfinite(W))
         R = jnp.where(ok, jax.lax.stop_gradient(W), fallback)
-        loss = jnp.where(jnp.isfinite(loss), loss, zero)
         num_fallback = jnp.where(ok, 0, eps_prime.shape[0])
     else:
         raise ValueError(f"`jacobian` must be one of {list(JACOBIANS)}, got {jacobian!r}.")
