@@ -100,8 +100,9 @@ class AutoGPVI(ContinuousGuide):
     SVI step yields one gradient for all parameters, so here the direction uses the
     prediction of the current η while the same step's gradient updates η: the helper lags
     one step behind (as it does relative to θ in the paper). If the helper's loss is not
-    finite or exceeds ``max_helper_rel_loss × mean ‖v‖²`` (worse than predicting 0), a
-    warning is raised with the loss and that step uses ``J^{-T} v ≈ v / λ`` instead.
+    finite or exceeds ``max_helper_rel_loss × mean ‖v‖²`` (``mean ‖v‖²`` is the loss of
+    predicting 0), a warning is raised with the loss, that step uses ``J^{-T} v ≈ v / λ``
+    instead, and non-finite gradients of η are zeroed.
 
     *Reported loss.* The value ``SVI`` reports is a convergence monitor, not an ELBO
     (gradients are the GPVI ones via ``x − stop_gradient(x)``): with ``monitor="ksd"`` the
@@ -130,7 +131,9 @@ class AutoGPVI(ContinuousGuide):
         particles spread about ``init_loc`` by roughly ``λ`` plus this.
     :param int helper_hidden: ``H`` of the helper (reference: 100).
     :param int helper_layers: number of ``Linear(2H→2H)+ReLU`` layers, 1 to 3.
+    :param float max_helper_rel_loss: divergence threshold of the helper (see above).
     :param str monitor: the value ``SVI`` reports, ``"ksd"`` or ``"energy"`` (see above).
+    :param int num_summary_draws: draws behind ``median`` and ``quantiles``.
 
     Parameters: ``{prefix}_generator_{l}_w/_b``, ``{prefix}_helper_{l}_w/_b`` (``"helper"``
     only) and ``{prefix}_lambda`` (if learnt). The helper usually wants its own learning
