@@ -1,10 +1,32 @@
-"""Pure-JAX sampler engine: annealing path, transitions, weights, resampling.
+"""Pure-JAX sampler engine: annealing path, transitions, weights, resampling, kernels.
 
 Nothing in this package imports NumPyro. Every function is a pure function of arrays
 (and of log-density callables ``z -> scalar``), safe under ``jit``, ``vmap`` and ``grad``.
 The guides in :mod:`numpyro_dais` are thin NumPyro adapters over it.
 """
 
-from numpyro_dais.engine import annealing, dais, gaussian, resampling, smc, transitions, weights
+from numpyro_dais.engine import (
+    annealing,
+    dais,
+    gaussian,
+    gpvi,
+    kernels,
+    networks,
+    resampling,
+    smc,
+    transitions,
+    weights,
+)
 
-__all__ = ["annealing", "dais", "gaussian", "resampling", "smc", "transitions", "weights"]
+__all__ = [
+    "annealing",
+    "dais",
+    "gaussian",
+    "gpvi",
+    "kernels",
+    "networks",
+    "resampling",
+    "smc",
+    "transitions",
+    "weights",
+]

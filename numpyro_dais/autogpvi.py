@@ -1,0 +1,383 @@
+"""``AutoGPVI``: generative particle VI as a NumPyro guide.
+
+A generator network ``z = f_θ(ε) = g_θ(ε_{1:k}) + λ ε``, ``ε ~ N(0, I_D)``, is trained with
+the GPVI functional gradient (kernel on noise space, inverse-transpose Jacobian on the
+repulsive term) or with amortized SVGD. There is no density and no ELBO: under ``SVI`` the
+guide emits a surrogate whose gradient is the GPVI direction.
+
+References:
+  Ratzlaff, Bai, Fuxin & Xu (ICML 2021), "Generative particle variational inference via
+  estimation of functional gradients".
+  Wang & Liu (2016), "Learning to draw samples: with application to amortized MLE for
+  generative adversarial learning" (amortized SVGD).
+"""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpyro
+import optax
+from numpyro.distributions import constraints
+from numpyro.infer.initialization import init_to_uniform
+
+from numpyro_dais._autoguide import (
+    ContinuousGuide,
+    check_choice,
+    check_positive_int,
+    emit_log_weight,
+    map_batched,
+)
+from numpyro_dais.engine import gpvi, networks
+from numpyro_dais.engine.kernels import ksd_u_statistic
+
+METHODS = ("gpvi", "amortized_svgd")
+JACOBIANS = ("auto", "exact", "helper")
+MONITORS = ("ksd", "energy")
+#: ``jacobian="auto"`` solves exactly up to this latent dimension
+EXACT_MAX_DIM = 100
+
+
+def _warn(guide_name, num_nonfinite, num_fallback, total, helper_rel_loss, helper_loss, is_helper):
+    n_bad, n_fb, total = int(num_nonfinite), int(num_fallback), int(total)
+    if n_bad:
+        warnings.warn(
+            f"{guide_name}: {n_bad} of {total} particles had a non-finite log joint or "
+            "gradient; they were left out of this step.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    if n_fb and is_helper:
+        warnings.warn(
+            f"{guide_name}: the helper network diverged (loss {float(helper_loss):.4g}, "
+            f"{float(helper_rel_loss):.4g}× the loss of predicting 0). This step used "
+            "J^-T v ≈ v / λ instead of its prediction. Lower the helper's learning rate "
+            "(AutoGPVI.split_optimizer) or use jacobian='exact'.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    elif n_fb:
+        warnings.warn(
+            f"{guide_name}: the generator Jacobian was singular at {n_fb} of {total} "
+            "particles; this step used J^-T v ≈ v / λ there.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def _report(guide_name, is_helper, num_nonfinite, out, total):
+    """Warn from inside jitted code (one host callback, only when something went wrong)."""
+    args = (
+        num_nonfinite,
+        out.num_fallback,
+        out.helper_rel_loss,
+        jax.lax.stop_gradient(out.helper_loss),
+    )
+    jax.lax.cond(
+        (num_nonfinite > 0) | (out.num_fallback > 0),
+        lambda a: jax.debug.callback(
+            lambda n, fb, rel, loss: _warn(guide_name, n, fb, total, rel, loss, is_helper), *a
+        ),
+        lambda a: None,
+        args,
+    )
+
+
+class AutoGPVI(ContinuousGuide):
+    """Generative particle VI over all latent sites (a neural sampler, no density).
+
+    Each training call draws ``N = num_particles`` update noises ``ε_i`` and ``N′ = N``
+    fresh noises ``ε′_j``, evaluates ``∇ℓ`` at ``z′_j = f_θ(ε′_j)`` and computes the GPVI
+    direction ``g_i`` (:func:`numpyro_dais.engine.gpvi.gpvi_direction`). Under
+    ``SVI(model, guide, optax_optimiser, Trace_ELBO())`` one step then applies
+
+    * to θ (generator, and λ when learnable): ``∇_θ (1/N) Σ_i ⟨stop_gradient(g_i), f_θ(ε_i)⟩``;
+    * to η (helper): ``∇_η`` of the helper loss ``mean ‖J_f(ε′_j)ᵀ h_η − v_ji‖²`` at the
+      current η, with θ fixed;
+    * to the model's own ``numpyro.param`` sites: ``−∇ (1/N′) Σ_j ℓ(stop_gradient(z′_j))``.
+
+    *Helper "first".* The paper updates η, then uses the new prediction in ``g_i``. One
+    SVI step yields one gradient for all parameters, so here the direction uses the
+    prediction of the current η while the same step's gradient updates η: the helper lags
+    one step behind (as it does relative to θ in the paper). If the helper's loss is not
+    finite or exceeds ``max_helper_rel_loss × mean ‖v‖²`` (``mean ‖v‖²`` is the loss of
+    predicting 0), a warning is raised with the loss, that step uses ``J^{-T} v ≈ v / λ``
+    instead, and non-finite gradients of η are zeroed.
+
+    *Reported loss.* The value ``SVI`` reports is a convergence monitor, not an ELBO
+    (gradients are the GPVI ones via ``x − stop_gradient(x)``): with ``monitor="ksd"`` the
+    squared kernel Stein discrepancy (U-statistic, RBF kernel on ``z`` with the median
+    bandwidth) of the ``N′`` fresh particles to the posterior — it tends to 0 (noisily,
+    it may dip below 0) as the generator converges and is scale-dependent; with
+    ``monitor="energy"`` the mean ``−ℓ(z′_j)``, which plateaus at convergence. The model's
+    own ``ℓ(z*)`` term in ``Trace_ELBO`` (``z*`` = the first fresh particle, without
+    gradient to θ) is cancelled by the guide's factor.
+
+    *Posterior.* ``sample_posterior`` and ``Predictive`` both draw ``f_θ(ε)`` with fresh
+    ``ε``. ``median`` and ``quantiles`` are Monte Carlo estimates from
+    ``num_summary_draws`` generator draws with a fixed seed (coordinate-wise in the
+    unconstrained space, then constrained, like numpyro's ``AutoContinuous``).
+    ``get_posterior``/``get_transform`` raise: the generator has no density.
+
+    :param int num_particles: ``N = N′ >= 2`` particles per step.
+    :param int noise_dim: ``k`` in ``[1, D]``, the input width of ``g_θ``; default ``D``.
+    :param tuple hidden_dims: hidden widths of ``g_θ`` (ReLU); ``()`` is a linear ``g_θ``.
+    :param str jacobian: ``"exact"`` (solve with ``jax.jacfwd``, cost ``O(N D³)``),
+        ``"helper"`` (helper network) or ``"auto"`` (exact for ``D <= 100``).
+    :param str method: ``"gpvi"`` or ``"amortized_svgd"`` (kernel on outputs, ``J ≡ I``).
+    :param float lambda_init: λ of the skip term ``λ ε`` (paper: 1).
+    :param bool learn_lambda: learn λ (positive) as ``{prefix}_lambda``.
+    :param float init_scale: scale of the initial output weights of ``g_θ``; the initial
+        particles spread about ``init_loc`` by roughly ``λ`` plus this.
+    :param int helper_hidden: ``H`` of the helper (reference: 100).
+    :param int helper_layers: number of ``Linear(2H→2H)+ReLU`` layers, 1 to 3.
+    :param float max_helper_rel_loss: divergence threshold of the helper (see above).
+    :param str monitor: the value ``SVI`` reports, ``"ksd"`` or ``"energy"`` (see above).
+    :param int num_summary_draws: draws behind ``median`` and ``quantiles``.
+
+    Parameters: ``{prefix}_generator_{l}_w/_b``, ``{prefix}_helper_{l}_w/_b`` (``"helper"``
+    only) and ``{prefix}_lambda`` (if learnt). The helper usually wants its own learning
+    rate: :meth:`split_optimizer`.
+    """
+
+    def __init__(
+        self,
+        model,
+        *,
+        num_particles=64,
+        noise_dim=None,
+        hidden_dims=(64,),
+        jacobian="auto",
+        method="gpvi",
+        lambda_init=1.0,
+        learn_lambda=False,
+        prefix="auto",
+        init_loc_fn=init_to_uniform,
+        init_scale=0.1,
+        helper_hidden=100,
+        helper_layers=2,
+        max_helper_rel_loss=100.0,
+        monitor="ksd",
+        num_summary_draws=10_000,
+    ):
+        check_positive_int("num_particles", num_particles, minimum=2)
+        if noise_dim is not None:
+            check_positive_int("noise_dim", noise_dim)
+        check_choice("jacobian", jacobian, JACOBIANS)
+        check_choice("method", method, METHODS)
+        check_choice("monitor", monitor, MONITORS)
+        if method == "amortized_svgd" and jacobian != "auto":
+            raise ValueError(
+                f"`jacobian={jacobian!r}` has no meaning for method='amortized_svgd' "
+                "(it takes J ≡ I); leave `jacobian` at 'auto'."
+            )
+        hidden_dims = tuple(hidden_dims)
+        for h in hidden_dims:
+            check_positive_int("hidden_dims", h)
+        check_positive_int("helper_hidden", helper_hidden)
+        if helper_layers not in (1, 2, 3):
+            raise ValueError(f"`helper_layers` must be 1, 2 or 3, got {helper_layers!r}.")
+        for name, value in (
+            ("lambda_init", lambda_init),
+            ("init_scale", init_scale),
+            ("max_helper_rel_loss", max_helper_rel_loss),
+        ):
+            if not value > 0:
+                raise ValueError(f"`{name}` must be positive, got {value!r}.")
+        check_positive_int("num_summary_draws", num_summary_draws)
+        self.num_particles = num_particles
+        self.noise_dim = noise_dim
+        self.hidden_dims = hidden_dims
+        self.jacobian = jacobian
+        self.method = method
+        self.lambda_init = float(lambda_init)
+        self.learn_lambda = learn_lambda
+        self.helper_hidden = helper_hidden
+        self.helper_layers = helper_layers
+        self.max_helper_rel_loss = float(max_helper_rel_loss)
+        self.monitor = monitor
+        self.num_summary_draws = num_summary_draws
+        self._init_scale = init_scale
+        super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn)
+
+    @staticmethod
+    def split_optimizer(optimizer, helper_optimizer):
+        """``optax.multi_transform``: ``helper_optimizer`` for the helper's parameters
+        (names containing ``"_helper_"``), ``optimizer`` for all others. The helper chases
+        a moving target and usually needs a smaller, constant learning rate."""
+        labels = lambda params: {
+            name: "helper" if "_helper_" in name else "rest" for name in params
+        }
+        return optax.multi_transform({"helper": helper_optimizer, "rest": optimizer}, labels)
+
+    # -- set-up -------------------------------------------------------------------------------
+
+    def _setup_prototype(self, *args, **kwargs):
+        super()._setup_prototype(*args, **kwargs)
+        D = self.latent_dim
+        k = D if self.noise_dim is None else self.noise_dim
+        if not 1 <= k <= D:
+            raise ValueError(
+                f"`noise_dim` must lie in [1, D] = [1, {D}] for this model (D is the number "
+                f"of unconstrained latent dimensions), got {self.noise_dim!r}."
+            )
+        self._k = k
+        if self.method == "amortized_svgd":
+            self._jac = None
+        elif self.jacobian == "auto":
+            self._jac = "exact" if D <= EXACT_MAX_DIM else "helper"
+        else:
+            self._jac = self.jacobian
+        key = numpyro.prng_key()
+        key = jax.random.PRNGKey(0) if key is None else key
+        key_gen, key_help = jax.random.split(key)
+        self._init_generator = networks.generator_init(
+            key_gen, k, D, self.hidden_dims, self._init_latent, self._init_scale
+        )
+        self._init_helper = (
+            networks.helper_init(key_help, k, D, self.helper_hidden, self.helper_layers)
+            if self._jac == "helper"
+            else None
+        )
+
+    # -- parameters -------------------------------------------------------------------------
+
+    def _layers(self, name, init):
+        p = self.prefix
+        return [
+            (numpyro.param(f"{p}_{name}_{i}_w", w), numpyro.param(f"{p}_{name}_{i}_b", b))
+            for i, (w, b) in enumerate(init)
+        ]
+
+    def _generator_params(self):
+        layers = self._layers("generator", self._init_generator)
+        if self.learn_lambda:
+            lam = numpyro.param(
+                f"{self.prefix}_lambda",
+                jnp.asarray(self.lambda_init),
+                constraint=constraints.positive,
+            )
+        else:
+            lam = jnp.asarray(self.lambda_init)
+        return layers, lam
+
+    def _generator_params_from(self, params):
+        return numpyro.handlers.substitute(self._generator_params, data=params)()
+
+    def _generator(self, layers, lam):
+        return lambda eps: networks.generator_apply(layers, lam, eps)
+
+    # -- training call ----------------------------------------------------------------------
+
+    def _sample_latent(self, *args, **kwargs):
+        kwargs.pop("sample_shape", None)
+        rng_key = numpyro.prng_key()
+        layers, lam = self._generator_params()
+        helper = self._layers("helper", self._init_helper) if self._jac == "helper" else None
+        # a diverged helper must not turn the whole update into NaN
+        helper = self._bound_safe(helper) if helper is not None else None
+        model_params = self._model_params()
+        if numpyro.get_mask() is False:
+            # Not inside a loss (e.g. ``Predictive``): one fresh draw, as sample_posterior.
+            eps = jax.random.normal(rng_key, (self.latent_dim,))
+            return self._generator(layers, lam)(eps)
+
+        name, N, D = type(self).__name__, self.num_particles, self.latent_dim
+        key_eps, key_prime = jax.random.split(rng_key)
+        eps = jax.random.normal(key_eps, (N, D))
+        eps_prime = jax.random.normal(key_prime, (N, D))
+        f = self._generator(layers, lam)
+        f_fixed = self._generator(*jax.lax.stop_gradient((layers, lam)))
+        z_prime = jax.vmap(f_fixed)(eps_prime)
+
+        # ℓ(z′_j) differentiable in the model parameters; ∇_z ℓ used without gradient.
+        log_joint = self._log_joint(args, kwargs, model_params)
+        ell, score = jax.vmap(jax.value_and_grad(log_joint))(z_prime)
+        finite = jnp.isfinite(ell) & jnp.all(jnp.isfinite(score), axis=-1)
+        score = jnp.where(finite[:, None], jax.lax.stop_gradient(score), 0.0)
+        ell_safe = jnp.where(finite, ell, 0.0)
+
+        if self.method == "gpvi":
+            out = gpvi.gpvi_direction(
+                f_fixed,
+                eps,
+                eps_prime,
+                score,
+                lam=jax.lax.stop_gradient(lam),
+                jacobian=self._jac,
+                helper_layers=helper,
+                max_helper_rel_loss=self.max_helper_rel_loss,
+            )
+        else:
+            out = gpvi.amortized_svgd_direction(jax.vmap(f_fixed)(eps), z_prime, score)
+        _report(name, self._jac == "helper", jnp.sum(~finite), out, N)
+
+        surrogate = (
+            jnp.mean(jnp.sum(out.g * jax.vmap(f)(eps), axis=-1))
+            + jnp.where(jnp.isfinite(out.helper_loss), out.helper_loss, 0.0)
+            - jnp.sum(ell_safe) / jnp.maximum(jnp.sum(finite), 1)
+        )
+        if self.monitor == "ksd":
+            value = ksd_u_statistic(z_prime, score)
+        else:
+            value = -jnp.sum(ell_safe) / jnp.maximum(jnp.sum(finite), 1)
+        # Trace_ELBO's loss is −ℓ(z*) + factor, with z* = z′_0 handed to the model:
+        # the factor cancels ℓ(z*) (value and model-parameter gradient) and leaves
+        # value = monitor, gradient = ∇ surrogate.
+        # (S − sg(S)) is formed first: added to ℓ(z*) before the subtraction, a large S
+        # would swallow the monitor's digits.
+        zero_with_grad = surrogate - jax.lax.stop_gradient(surrogate)
+        factor = (ell[0] + jax.lax.stop_gradient(value)) + zero_with_grad
+        emit_log_weight(f"{self.prefix}_gpvi_surrogate", factor)
+        return z_prime[0]
+
+    # -- posterior access -------------------------------------------------------------------
+
+    def _draw(self, rng_key, params, num_draws, batch_size=None):
+        """``num_draws`` flat unconstrained draws ``f_θ(ε)``: ``(S, D)``."""
+        f = self._generator(*self._generator_params_from(params))
+        eps = jax.random.normal(rng_key, (num_draws, self.latent_dim))
+        return map_batched(f, eps, batch_size)
+
+    def sample_posterior(self, rng_key, params, *args, sample_shape=(), batch_size=None, **kwargs):
+        """Fresh generator draws, constrained to the supports (deterministic sites included).
+
+        :param batch_size: draws computed at once (bounds memory); ``None``: all at once.
+        :return: dict of site values with leading shape ``sample_shape``.
+        """
+        latents = self._draw(rng_key, params, self._num_draws(sample_shape), batch_size)
+        return self._reshape_draws(
+            self._constrain(latents, params, args, kwargs, batch_size), sample_shape
+        )
+
+    def _summary_draws(self, params):
+        return self._draw(jax.random.PRNGKey(0), params, self.num_summary_draws)
+
+    def median(self, params):
+        """Coordinate-wise median of ``num_summary_draws`` draws (fixed seed), constrained."""
+        return self._transform(jnp.median(self._summary_draws(params), axis=0))
+
+    def quantiles(self, params, quantiles):
+        """Coordinate-wise quantiles of ``num_summary_draws`` draws (fixed seed), constrained.
+
+        :return: dict of site values with leading shape ``jnp.shape(quantiles)``.
+        """
+        q = jnp.quantile(self._summary_draws(params), jnp.asarray(quantiles), axis=0)
+        return self._transform(q)
+
+    def get_transform(self, params):
+        """Not available: the generator is not a bijection. Raises ``NotImplementedError``."""
+        raise NotImplementedError(
+            "AutoGPVI's generator is a neural network without a density or bijective "
+            "transform; use sample_posterior(rng_key, params) to draw from it."
+        )
+
+    def get_posterior(self, params):
+        """Not available: the generator has no density. Raises ``NotImplementedError``."""
+        raise NotImplementedError(
+            "AutoGPVI has no explicit posterior distribution (an implicit generator); use "
+            "sample_posterior(rng_key, params) to draw from it."
+        )
+
+    def _get_posterior(self):
+        self.get_posterior(None)

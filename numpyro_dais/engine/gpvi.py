@@ -1,0 +1,142 @@
+"""GPVI functional gradient and the amortized SVGD baseline (algorithms.md §5).
+
+For a generator ``x = f_θ(ε)``, ``N`` update particles ``ε_i`` and ``N′`` fresh particles
+``ε′_j``, the descent direction for particle ``i`` (``E = −log p``) is
+
+    g_i = (1/N′) Σ_j [ k(ε′_j, ε_i) ∇_x E(f(ε′_j)) − J_f(ε′_j)^{-T} ∇_{ε′_j} k(ε′_j, ε_i) ]
+
+with an RBF kernel on noise space. It is pulled back to θ by minimising
+``(1/N) Σ_i ⟨stop_gradient(g_i), f_θ(ε_i)⟩``. ``J^{-T} v`` is solved exactly or predicted
+by a helper network ``h_η(ε_{1:k}, v)`` trained on ``mean ‖J_fᵀ h_η − v‖²``.
+Amortized SVGD (Wang & Liu, 2016) is the same formula with the kernel on outputs and
+``J ≡ I``.
+
+References: Ratzlaff, Bai, Fuxin & Xu (ICML 2021), "Generative particle variational
+inference via estimation of functional gradients", eqs. (5), (9)–(11); Wang & Liu (2016),
+"Learning to draw samples: with application to amortized MLE for generative adversarial
+learning".
+"""
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from numpyro_dais.engine import networks
+from numpyro_dais.engine.kernels import RBF
+
+JACOBIANS = ("exact", "helper")
+
+
+class Direction(NamedTuple):
+    """Output of :func:`gpvi_direction` and :func:`amortized_svgd_direction`."""
+
+    g: jax.Array  # (N, D) descent direction per update particle (no gradient)
+    bandwidth: jax.Array  # () median bandwidth h of the kernel
+    helper_loss: jax.Array  # () helper loss, differentiable in η; may be non-finite (0 w/o helper)
+    helper_rel_loss: jax.Array  # () helper loss / mean ‖v‖² (1 = as bad as predicting 0)
+    num_fallback: jax.Array  # () fresh particles whose J^{-T} v fell back to v / λ
+
+
+def functional_gradient(K: jax.Array, score_prime: jax.Array, repulsion: jax.Array):
+    """``g_i = (1/N′) Σ_j [−K_ji ∇log p(x′_j) − repulsion_ji]``.
+
+    ``K (N′, N)``, ``score_prime (N′, D)``, ``repulsion (N′, N, D)`` → ``(N, D)``.
+    """
+    return -(K.T @ score_prime + jnp.sum(repulsion, axis=0)) / K.shape[0]
+
+
+def inverse_transpose_exact(f: Callable, eps_prime: jax.Array, V: jax.Array) -> jax.Array:
+    """``J_f(ε′_j)^{-T} V_ji`` by ``jnp.linalg.solve`` on ``jax.jacfwd(f)``.
+
+    ``eps_prime (N′, D)``, ``V (N′, N, D)`` → ``(N′, N, D)``. Cost ``O(N′ D³ + N′ N D²)``.
+    """
+
+    def one(eps_j, V_j):
+        J = jax.jacfwd(f)(eps_j)  # (D, D), J[a, b] = ∂f_a / ∂ε_b
+        return jnp.linalg.solve(J.T, V_j.T).T
+
+    return jax.vmap(one)(eps_prime, V)
+
+
+def jacobian_transpose_product(f: Callable, eps_prime: jax.Array, W: jax.Array) -> jax.Array:
+    """``J_f(ε′_j)ᵀ W_ji`` by one VJP per fresh particle: ``(N′, N, D)``."""
+
+    def one(eps_j, W_j):
+        _, vjp = jax.vjp(f, eps_j)
+        return jax.vmap(lambda w: vjp(w)[0])(W_j)
+
+    return jax.vmap(one)(eps_prime, W)
+
+
+def helper_loss(f: Callable, eps_prime: jax.Array, V: jax.Array, W: jax.Array) -> jax.Array:
+    """``mean_{j,i} ‖J_f(ε′_j)ᵀ W_ji − V_ji‖²`` with ``W = h_η(ε′_j, V_ji)`` (eq. 10)."""
+    r = jacobian_transpose_product(f, eps_prime, W) - V
+    return jnp.mean(jnp.sum(r * r, axis=-1))
+
+
+def gpvi_direction(
+    f: Callable,
+    eps: jax.Array,
+    eps_prime: jax.Array,
+    score_prime: jax.Array,
+    *,
+    lam,
+    jacobian: str = "exact",
+    helper_layers: list | None = None,
+    max_helper_rel_loss: float = 100.0,
+) -> Direction:
+    """GPVI descent direction ``g (N, D)`` (algorithms.md §5).
+
+    :param f: the generator ``ε (D,) → x (D,)`` with θ held fixed (stop-gradient).
+    :param eps: update noise ``ε_i (N, D)``.
+    :param eps_prime: fresh noise ``ε′_j (N′, D)``; ``score_prime = ∇ log p(f(ε′_j)) (N′, D)``.
+    :param lam: the generator's skip weight λ; ``v / λ`` is the fallback for ``J^{-T} v``
+        (exact when ``g_θ`` is flat) where a solve is not finite or the helper diverged.
+    :param jacobian: ``"exact"`` or ``"helper"`` (then ``helper_layers`` are η; the helper's
+        current prediction is used, and its loss at the current η is returned so that the
+        caller can update η in the same step).
+    :param max_helper_rel_loss: the helper counts as diverged when its loss is not finite or
+        exceeds this multiple of ``mean ‖v‖²`` (the loss of predicting 0).
+    """
+    eps = jax.lax.stop_gradient(eps)
+    eps_prime = jax.lax.stop_gradient(eps_prime)
+    score_prime = jax.lax.stop_gradient(score_prime)
+    kern = RBF(eps_prime, eps)
+    V = kern.grad_first  # (N′, N, D) ∇_{ε′_j} k(ε′_j, ε_i)
+    fallback = V / lam
+    zero = jnp.zeros((), eps.dtype)
+    if jacobian == "exact":
+        R = inverse_transpose_exact(f, eps_prime, V)
+        ok = jnp.all(jnp.isfinite(R), axis=(1, 2))  # (N′,)
+        R = jnp.where(ok[:, None, None], R, fallback)
+        loss, rel = zero, zero
+        num_fallback = jnp.sum(~ok)
+    elif jacobian == "helper":
+        k = helper_layers[0][0].shape[0]
+        W = networks.helper_apply(helper_layers, eps_prime[:, None, :k], V)
+        loss = helper_loss(f, eps_prime, V, W)
+        rel = jax.lax.stop_gradient(loss) / jnp.maximum(
+            jnp.mean(jnp.sum(V * V, axis=-1)), jnp.finfo(V.dtype).tiny
+        )
+        ok = jnp.isfinite(rel) & (rel <= max_helper_rel_loss) & jnp.all(jnp.isfinite(W))
+        R = jnp.where(ok, jax.lax.stop_gradient(W), fallback)
+        num_fallback = jnp.where(ok, 0, eps_prime.shape[0])
+    else:
+        raise ValueError(f"`jacobian` must be one of {list(JACOBIANS)}, got {jacobian!r}.")
+    g = functional_gradient(kern.K, score_prime, R)
+    return Direction(jax.lax.stop_gradient(g), kern.h, loss, rel, num_fallback)
+
+
+def amortized_svgd_direction(x: jax.Array, x_prime: jax.Array, score_prime: jax.Array) -> Direction:
+    """Amortized SVGD direction: kernel on outputs ``x (N, D)``, ``x′ (N′, D)`` and ``J ≡ I``.
+
+    ``g_i = (1/N′) Σ_j [−k(x′_j, x_i) ∇log p(x′_j) − ∇_{x′_j} k(x′_j, x_i)]`` (eq. 13, negated).
+    """
+    x = jax.lax.stop_gradient(x)
+    x_prime = jax.lax.stop_gradient(x_prime)
+    kern = RBF(x_prime, x)
+    g = functional_gradient(kern.K, jax.lax.stop_gradient(score_prime), kern.grad_first)
+    zero = jnp.zeros((), x.dtype)
+    return Direction(jax.lax.stop_gradient(g), kern.h, zero, zero, jnp.zeros((), jnp.int32))
