@@ -12,6 +12,7 @@ The guides flatten all latent sites into one unconstrained vector (like numpyro'
   ``batch_size`` (trap 5).
 """
 
+import contextlib
 import math
 import warnings
 from functools import partial
@@ -153,13 +154,21 @@ class ContinuousGuide(AutoContinuous):
     def _model_params_from(self, params):
         return {k: params[k] for k in self._model_param_sites if k in params}
 
-    def _log_joint(self, args, kwargs, model_params):
+    def _log_joint(self, args, kwargs, model_params, handler=None):
         """``ℓ(z) = log p(x, z)`` for flat unconstrained ``z (D,)``, Jacobians included,
-        built from *this* call's data and the *current* model parameters."""
+        built from *this* call's data and the *current* model parameters.
+
+        ``handler``: an optional numpyro messenger applied to the model's run (inside the
+        ``block``), e.g. to reweight likelihood sites for a surrogate log likelihood.
+        """
         potential_fn = self._potential_fn_gen(*args, **kwargs)
 
         def log_joint(z):
-            with handlers.block(), handlers.substitute(data=model_params):
+            with (
+                handlers.block(),
+                handlers.substitute(data=model_params),
+                handler if handler is not None else contextlib.nullcontext(),
+            ):
                 return -potential_fn(self._unpack_latent(z))
 
         return log_joint
