@@ -1,7 +1,8 @@
 """MCMC-augmented variational inference for NumPyro: DAIS, SL-DAIS, DSMCS and GPVI guides."""
 
 from numpyro_dais.autodais import AutoDAIS, LogEvidence
+from numpyro_dais.autosldais import AutoSurrogateLikelihoodDAIS
 
 __version__ = "0.1.0"
 
-__all__ = ["AutoDAIS", "LogEvidence", "__version__"]
+__all__ = ["AutoDAIS", "AutoSurrogateLikelihoodDAIS", "LogEvidence", "__version__"]
