@@ -3,7 +3,16 @@
 from numpyro_dais.autodais import AutoDAIS, LogEvidence
 from numpyro_dais.autodsmcs import AutoDSMCS, SMCDiagnostics
 from numpyro_dais.autogpvi import AutoGPVI
+from numpyro_dais.autosldais import AutoSurrogateLikelihoodDAIS
 
 __version__ = "0.1.0"
 
-__all__ = ["AutoDAIS", "AutoDSMCS", "AutoGPVI", "LogEvidence", "SMCDiagnostics", "__version__"]
+__all__ = [
+    "AutoDAIS",
+    "AutoDSMCS",
+    "AutoGPVI",
+    "AutoSurrogateLikelihoodDAIS",
+    "LogEvidence",
+    "SMCDiagnostics",
+    "__version__",
+]

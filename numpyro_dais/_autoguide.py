@@ -12,6 +12,7 @@ The guides flatten all latent sites into one unconstrained vector (like numpyro'
   ``batch_size`` (trap 5).
 """
 
+import contextlib
 import math
 import warnings
 from functools import partial
@@ -193,14 +194,17 @@ class ContinuousGuide(AutoContinuous):
     def _model_params_from(self, params):
         return {k: jnp.asarray(params[k]) for k in self._model_param_sites if k in params}
 
-    def _log_joint(self, args, kwargs, model_params):
+    def _log_joint(self, args, kwargs, model_params, handler=None):
         """``ℓ(z) = log p(x, z)`` for flat unconstrained ``z (D,)``, Jacobians included,
         built from *this* call's data and the *current* model parameters.
 
         Inside an ``AutoGuideList`` the guide's model hides the sites of the other parts;
         the log joint then conditions on their values drawn earlier in the same guide run.
+        ``handler``: an optional numpyro messenger applied to the model's run (inside the
+        ``block``), e.g. to reweight likelihood sites for a surrogate log likelihood.
         """
         fixed = self._hidden_site_values()
+        inner = handler if handler is not None else contextlib.nullcontext()
 
         def log_joint(z):
             values, log_det = {}, 0.0
@@ -208,7 +212,7 @@ class ContinuousGuide(AutoContinuous):
                 transform = self._transforms[name]
                 values[name] = transform(u)
                 log_det = log_det + jnp.sum(transform.log_abs_det_jacobian(u, values[name]))
-            with handlers.block(), handlers.substitute(data=model_params):
+            with handlers.block(), handlers.substitute(data=model_params), inner:
                 log_p, _ = log_density(self._joint_model, args, kwargs, {**fixed, **values})
             return log_p + log_det
 

@@ -191,6 +191,13 @@ class AutoDAIS(ContinuousGuide):
 
     # -- training call ----------------------------------------------------------------------------
 
+    def _run_for_bound(self, rng_key, q0, anneal, model_params, args, kwargs):
+        """The run inside the loss: ``num_particles`` particles; for ``N = 1`` the model's
+        own term of the ELBO supplies the final term of the weight."""
+        N = self.num_particles
+        return self._run(rng_key, q0, anneal, model_params, args, kwargs, N,
+                         model_supplies_final=N == 1)
+
     def _sample_latent(self, *args, **kwargs):
         kwargs.pop("sample_shape", None)
         rng_key = numpyro.prng_key()
@@ -202,11 +209,9 @@ class AutoDAIS(ContinuousGuide):
                               self.posterior_method, 1)[0]
         q0, anneal, model_params = self._bound_safe((q0, anneal, model_params))
         key_run, key_pick = jax.random.split(rng_key)
-        N = self.num_particles
-        out = self._run(key_run, q0, anneal, model_params, args, kwargs, N,
-                        model_supplies_final=N == 1)
+        out = self._run_for_bound(key_run, q0, anneal, model_params, args, kwargs)
         if self.report_divergences:
-            report_nonfinite(type(self).__name__, out.num_nonfinite, N)
+            report_nonfinite(type(self).__name__, out.num_nonfinite, self.num_particles)
         bound = self._log_marginal(out)
         # Hand one particle to the model, picked by its weight (so the model's
         # deterministic sites see a posterior-like draw). The factor makes the ELBO equal
@@ -226,7 +231,9 @@ class AutoDAIS(ContinuousGuide):
             size = num_draws if batch_size is None else min(int(batch_size), num_draws)
             keys = jax.random.split(rng_key, math.ceil(num_draws / size))
             chunks = jax.lax.map(
-                lambda k: self._run(k, q0, anneal, model_params, args, kwargs, size).z, keys
+                lambda k: self._run(k, q0, anneal, model_params, args, kwargs, size,
+                                    model_supplies_final=True).z,
+                keys,
             )
             return chunks.reshape(-1, chunks.shape[-1])[:num_draws]
 
