@@ -22,9 +22,8 @@ from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoDAIS as NumpyroAutoDAIS
 from numpyro.infer.autoguide import AutoNormal
 
-from numpyro_dais import AutoDAIS
-
 from benchmarks._common import Stopwatch, parse_args, write_results
+from numpyro_dais import AutoDAIS
 
 
 def load_data():
@@ -68,8 +67,9 @@ def posterior_time(guide, params, X, y, repeats, method=None):
     kwargs = {} if method is None else {"method": method}
 
     def draw():
-        out = guide.sample_posterior(jax.random.key(1), params, X, y, sample_shape=(10_000,),
-                                     **kwargs)
+        out = guide.sample_posterior(
+            jax.random.key(1), params, X, y, sample_shape=(10_000,), **kwargs
+        )
         jax.block_until_ready(out)
 
     draw()
@@ -94,16 +94,23 @@ def main():
     args = parse_args(__doc__.splitlines()[0])
     stopwatch = Stopwatch()
     K = 8
-    repeats, steps, fit_steps = {"full": (7, 50, 10_000), "quick": (3, 20, 2000),
-                                 "smoke": (1, 2, 20)}[args.mode]
+    repeats, steps, fit_steps = {
+        "full": (7, 50, 10_000),
+        "quick": (3, 20, 2000),
+        "smoke": (1, 2, 20),
+    }[args.mode]
     X, y, data_name = load_data()
-    lines = [f"data: {data_name}; K = {K}; step times: median of {repeats} blocks of "
-             f"{steps} jitted steps", ""]
+    lines = [
+        f"data: {data_name}; K = {K}; step times: median of {repeats} blocks of "
+        f"{steps} jitted steps",
+        "",
+    ]
 
     t_np = step_time(NumpyroAutoDAIS(model, K=K), X, y, repeats, steps)
     t_1 = step_time(AutoDAIS(model, K=K, num_particles=1), X, y, repeats, steps)
-    t_1q = step_time(AutoDAIS(model, K=K, num_particles=1, report_divergences=False), X, y,
-                     repeats, steps)
+    t_1q = step_time(
+        AutoDAIS(model, K=K, num_particles=1, report_divergences=False), X, y, repeats, steps
+    )
     t_16 = step_time(AutoDAIS(model, K=K, num_particles=16), X, y, repeats, steps)
 
     ours = AutoDAIS(model, K=K, num_particles=16)
@@ -130,8 +137,9 @@ def main():
     ]
 
     num_nuts = {"full": 4000, "quick": 1000, "smoke": 50}[args.mode]
-    mcmc = MCMC(NUTS(model), num_warmup=min(1000, num_nuts), num_samples=num_nuts,
-                progress_bar=False)
+    mcmc = MCMC(
+        NUTS(model), num_warmup=min(1000, num_nuts), num_samples=num_nuts, progress_bar=False
+    )
     mcmc.run(jax.random.key(2), X, y)
     ref = flat(mcmc.get_samples())
     normal = AutoNormal(model)
@@ -140,22 +148,37 @@ def main():
     rows = {
         "AutoNormal": normal.sample_posterior(key, normal_params, sample_shape=(4000,)),
         "DAIS₀ (q0), N=16": ours.sample_posterior(key, ours_params, sample_shape=(4000,)),
-        "DAIS end points, N=16": ours.sample_posterior(key, ours_params, X, y,
-                                                       sample_shape=(4000,), method="dais"),
+        "DAIS end points, N=16": ours.sample_posterior(
+            key, ours_params, X, y, sample_shape=(4000,), method="dais"
+        ),
         "DAIS importance-resampled, N=16": ours.sample_posterior(
-            key, ours_params, X, y, sample_shape=(4000,), method="importance"),
+            key, ours_params, X, y, sample_shape=(4000,), method="importance"
+        ),
     }
-    lines += [f"posterior quality against NUTS ({ref.shape[0]} draws); SVI: {fit_steps} Adam "
-              "steps, lr 1e-2", "", "| method | mean MAE | std MAE |", "|---|---|---|"]
+    lines += [
+        f"posterior quality against NUTS ({ref.shape[0]} draws); SVI: {fit_steps} Adam "
+        "steps, lr 1e-2",
+        "",
+        "| method | mean MAE | std MAE |",
+        "|---|---|---|",
+    ]
     for name, samples in rows.items():
         s = flat(samples)
-        lines.append(f"| {name} | {float(jnp.mean(jnp.abs(s.mean(0) - ref.mean(0)))):.4f} | "
-                     f"{float(jnp.mean(jnp.abs(s.std(0) - ref.std(0)))):.4f} |")
+        lines.append(
+            f"| {name} | {float(jnp.mean(jnp.abs(s.mean(0) - ref.mean(0)))):.4f} | "
+            f"{float(jnp.mean(jnp.abs(s.std(0) - ref.std(0)))):.4f} |"
+        )
     body = "\n".join(lines)
     print(body)
-    write_results(args.out_dir, "autodais_vs_numpyro", args.mode,
-                  "AutoDAIS against numpyro's AutoDAIS", "benchmarks.autodais_vs_numpyro", body,
-                  stopwatch)
+    write_results(
+        args.out_dir,
+        "autodais_vs_numpyro",
+        args.mode,
+        "AutoDAIS against numpyro's AutoDAIS",
+        "benchmarks.autodais_vs_numpyro",
+        body,
+        stopwatch,
+    )
 
 
 if __name__ == "__main__":

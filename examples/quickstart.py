@@ -77,23 +77,28 @@ def main():
     result, seconds = fit(dais, X, y, args.steps, 0.01)
     estimate = dais.log_evidence(key, result.params, X, y, num_particles=4000)
     q0 = dais.sample_posterior(key, result.params, sample_shape=(4000,))  # DAIS₀: q0 draws
-    end_points = dais.sample_posterior(key, result.params, X, y, sample_shape=(4000,),
-                                       method="importance")
+    end_points = dais.sample_posterior(
+        key, result.params, X, y, sample_shape=(4000,), method="importance"
+    )
     bound = -result.losses[-200:].mean()
     rows.append(("AutoDAIS, q0 (DAIS₀)", bound, estimate.log_Z, q0, seconds))
     rows.append(("AutoDAIS, resampled z_K", bound, estimate.log_Z, end_points, seconds))
 
     print(f"Bayesian logistic regression, {X.shape[0]} rows, {X.shape[1]} features + intercept")
     print(f"reference: NUTS, 2000 draws ({nuts_time:.1f} s)\n")
-    header = (f"{'guide':<26}{'bound':>10}{'log p(y) est.':>15}{'mean MAE':>10}"
-              f"{'std MAE':>10}{'fit time':>10}")
+    header = (
+        f"{'guide':<26}{'bound':>10}{'log p(y) est.':>15}{'mean MAE':>10}"
+        f"{'std MAE':>10}{'fit time':>10}"
+    )
     print(header)
     print("-" * len(header))
     for name, bound, log_Z, draws, seconds in rows:
         mean, std = summary(draws)
-        print(f"{name:<26}{float(bound):>10.2f}{float(log_Z):>15.2f}"
-              f"{float(jnp.mean(jnp.abs(mean - ref_mean))):>10.4f}"
-              f"{float(jnp.mean(jnp.abs(std - ref_std))):>10.4f}{seconds:>9.1f}s")
+        print(
+            f"{name:<26}{float(bound):>10.2f}{float(log_Z):>15.2f}"
+            f"{float(jnp.mean(jnp.abs(mean - ref_mean))):>10.4f}"
+            f"{float(jnp.mean(jnp.abs(std - ref_std))):>10.4f}{seconds:>9.1f}s"
+        )
     print("\nbound: the training objective (ELBO for AutoNormal, 8-particle DAIS bound, K = 8);")
     print("log p(y) est.: importance-weighted (AutoNormal, 4000 draws) / AIS (AutoDAIS, 4000")
     print("particles). MAE of posterior mean and std against NUTS, over all 9 coefficients.\n")
@@ -101,8 +106,10 @@ def main():
     print("DAIS₀ posterior (q0)  vs  NUTS:")
     names = ["b"] + [f"w[{i}]" for i in range(X.shape[1])]
     for i, name in enumerate(names):
-        print(f"  {name:<5} {float(mean[i]):+.3f} ± {float(std[i]):.3f}   "
-              f"{float(ref_mean[i]):+.3f} ± {float(ref_std[i]):.3f}")
+        print(
+            f"  {name:<5} {float(mean[i]):+.3f} ± {float(std[i]):.3f}   "
+            f"{float(ref_mean[i]):+.3f} ± {float(ref_std[i]):.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -18,14 +18,14 @@ import warnings
 from functools import partial
 
 import jax
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
+from numpyro.distributions.transforms import biject_to
 from numpyro.infer.autoguide import AutoContinuous
 from numpyro.infer.initialization import init_to_uniform
-from numpyro.distributions.transforms import biject_to
 from numpyro.infer.util import constrain_fn, helpful_support_errors, log_density
 from numpyro.primitives import _PYRO_STACK
 
@@ -66,8 +66,8 @@ def jit_by_leaves(fn):
     def wrapped(*args, **kwargs):
         leaves, treedef = jax.tree.flatten((args, kwargs))
         is_array = tuple(isinstance(x, (jax.Array, np.ndarray)) for x in leaves)
-        static = tuple(x for x, a in zip(leaves, is_array) if not a)
-        dynamic = [x for x, a in zip(leaves, is_array) if a]
+        static = tuple(x for x, a in zip(leaves, is_array, strict=True) if not a)
+        dynamic = [x for x, a in zip(leaves, is_array, strict=True) if a]
         try:
             key = (treedef, is_array, static)
             hash(key)
@@ -134,10 +134,20 @@ class ContinuousGuide(AutoContinuous):
     #: whether the guide accepts models with a subsampled plate
     supports_subsampling = False
 
-    def __init__(self, model, *, prefix="auto", init_loc_fn=init_to_uniform,
-                 forward_mode_differentiation=False):
-        super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn,
-                         forward_mode_differentiation=forward_mode_differentiation)
+    def __init__(
+        self,
+        model,
+        *,
+        prefix="auto",
+        init_loc_fn=init_to_uniform,
+        forward_mode_differentiation=False,
+    ):
+        super().__init__(
+            model,
+            prefix=prefix,
+            init_loc_fn=init_loc_fn,
+            forward_mode_differentiation=forward_mode_differentiation,
+        )
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -221,11 +231,12 @@ class ContinuousGuide(AutoContinuous):
     def _check_continuous(self, *args, **kwargs):
         """Refuse discrete latent sites before numpyro tries to enumerate them."""
         with handlers.block():
-            trace = handlers.trace(handlers.seed(self.model, rng_seed=0)).get_trace(*args,
-                                                                                   **kwargs)
+            trace = handlers.trace(handlers.seed(self.model, rng_seed=0)).get_trace(*args, **kwargs)
         for name, site in trace.items():
-            if site["type"] == "sample" and not site["is_observed"] and getattr(
-                site["fn"].support, "is_discrete", False
+            if (
+                site["type"] == "sample"
+                and not site["is_observed"]
+                and getattr(site["fn"].support, "is_discrete", False)
             ):
                 raise ValueError(
                     f"{type(self).__name__} cannot handle discrete latent site {name!r} "
@@ -250,8 +261,10 @@ class ContinuousGuide(AutoContinuous):
             with handlers.block():
                 full = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(*args, **kwargs)
             self._hidden_sites = [
-                name for name, site in full.items()
-                if site["type"] == "sample" and not site["is_observed"]
+                name
+                for name, site in full.items()
+                if site["type"] == "sample"
+                and not site["is_observed"]
                 and name not in self.prototype_trace
             ]
 
@@ -262,8 +275,13 @@ class ContinuousGuide(AutoContinuous):
         found = {}
         for frame in reversed(_PYRO_STACK):
             if isinstance(frame, handlers.trace):
-                found.update({k: frame.trace[k]["value"] for k in self._hidden_sites
-                              if k in frame.trace and k not in found})
+                found.update(
+                    {
+                        k: frame.trace[k]["value"]
+                        for k in self._hidden_sites
+                        if k in frame.trace and k not in found
+                    }
+                )
         missing = [k for k in self._hidden_sites if k not in found]
         if missing:
             raise ValueError(
@@ -291,8 +309,9 @@ class ContinuousGuide(AutoContinuous):
         }
 
         def one(z):
-            values = constrain_fn(model, args, kwargs, self._unpack_latent(z),
-                                  return_deterministic=True)
+            values = constrain_fn(
+                model, args, kwargs, self._unpack_latent(z), return_deterministic=True
+            )
             return {k: v for k, v in values.items() if k in keep}
 
         return map_batched(one, latents, batch_size)

@@ -129,8 +129,12 @@ class AutoDAIS(ContinuousGuide):
         self.posterior_method = posterior_method
         self.report_divergences = report_divergences
         self._init_scale = init_scale
-        super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn,
-                         forward_mode_differentiation=forward_mode_differentiation)
+        super().__init__(
+            model,
+            prefix=prefix,
+            init_loc_fn=init_loc_fn,
+            forward_mode_differentiation=forward_mode_differentiation,
+        )
 
     # -- parameters -------------------------------------------------------------------------
 
@@ -138,27 +142,35 @@ class AutoDAIS(ContinuousGuide):
         p, D = self.prefix, self.latent_dim
         loc = numpyro.param(f"{p}_z_0_loc", self._init_latent)
         if self.base_dist == "diagonal":
-            scale = numpyro.param(f"{p}_z_0_scale", jnp.full(D, self._init_scale),
-                                  constraint=constraints.positive)
+            scale = numpyro.param(
+                f"{p}_z_0_scale", jnp.full(D, self._init_scale), constraint=constraints.positive
+            )
         else:
-            scale = numpyro.param(f"{p}_z_0_scale_tril", jnp.eye(D) * self._init_scale,
-                                  constraint=constraints.scaled_unit_lower_cholesky)
+            scale = numpyro.param(
+                f"{p}_z_0_scale_tril",
+                jnp.eye(D) * self._init_scale,
+                constraint=constraints.scaled_unit_lower_cholesky,
+            )
         return gaussian.Gaussian(loc, scale)
 
     def _anneal_params(self) -> dais.AnnealParams:
         p, D, K = self.prefix, self.latent_dim, self.K
-        increments = numpyro.param(f"{p}_beta_increments", jnp.ones(K),
-                                   constraint=constraints.positive)
-        step_sizes = numpyro.param(f"{p}_step_size", jnp.full(K, self.eta_init),
-                                   constraint=constraints.interval(0.0, self.eta_max))
+        increments = numpyro.param(
+            f"{p}_beta_increments", jnp.ones(K), constraint=constraints.positive
+        )
+        step_sizes = numpyro.param(
+            f"{p}_step_size",
+            jnp.full(K, self.eta_init),
+            constraint=constraints.interval(0.0, self.eta_max),
+        )
         if self.kernel == "hmc":
-            mass = numpyro.param(f"{p}_mass_matrix", jnp.ones(D),
-                                 constraint=constraints.positive)
+            mass = numpyro.param(f"{p}_mass_matrix", jnp.ones(D), constraint=constraints.positive)
             # Only η/√m enters the position update, so an unnormalised mass matrix would let
             # training undo the `eta_max` cap: keep its geometric mean at 1.
             mass = mass / jnp.exp(jnp.mean(jnp.log(mass)))
-            damping = numpyro.param(f"{p}_gamma", self.gamma_init,
-                                    constraint=constraints.interval(0.0, 1.0))
+            damping = numpyro.param(
+                f"{p}_gamma", self.gamma_init, constraint=constraints.interval(0.0, 1.0)
+            )
         else:  # the Langevin kernel has no momentum
             mass, damping = jnp.ones(D), jnp.zeros(())
         return dais.AnnealParams(betas_from_increments(increments), step_sizes, mass, damping)
@@ -177,13 +189,29 @@ class AutoDAIS(ContinuousGuide):
         """The dynamics' path ends: ``q0`` and the current log joint."""
         return Potential(partial_log_prob(q0), self._log_joint(args, kwargs, model_params))
 
-    def _run(self, rng_key, q0, anneal, model_params, args, kwargs, num_particles,
-             model_supplies_final=False):
+    def _run(
+        self,
+        rng_key,
+        q0,
+        anneal,
+        model_params,
+        args,
+        kwargs,
+        num_particles,
+        model_supplies_final=False,
+    ):
         """Run the sampler. With ``model_supplies_final`` the final term ``ℓ(z_K)`` is left
         out of the weights (the model's own term adds it, saving one evaluation)."""
         potential = self._potential(q0, args, kwargs, model_params)
-        return dais.run(rng_key, q0, potential, anneal, num_particles, kernel=self.kernel,
-                        log_final_target=_zero if model_supplies_final else None)
+        return dais.run(
+            rng_key,
+            q0,
+            potential,
+            anneal,
+            num_particles,
+            kernel=self.kernel,
+            log_final_target=_zero if model_supplies_final else None,
+        )
 
     def _log_marginal(self, out):
         """The bound's value for one run of :meth:`_run`: ``log (1/N) Σ_i w_i``."""
@@ -195,8 +223,9 @@ class AutoDAIS(ContinuousGuide):
         """The run inside the loss: ``num_particles`` particles; for ``N = 1`` the model's
         own term of the ELBO supplies the final term of the weight."""
         N = self.num_particles
-        return self._run(rng_key, q0, anneal, model_params, args, kwargs, N,
-                         model_supplies_final=N == 1)
+        return self._run(
+            rng_key, q0, anneal, model_params, args, kwargs, N, model_supplies_final=N == 1
+        )
 
     def _sample_latent(self, *args, **kwargs):
         kwargs.pop("sample_shape", None)
@@ -205,8 +234,9 @@ class AutoDAIS(ContinuousGuide):
         model_params = self._model_params()
         if numpyro.get_mask() is False:
             # Not inside a loss (e.g. ``Predictive``): draw as ``sample_posterior`` does.
-            return self._draw(rng_key, q0, anneal, model_params, args, kwargs,
-                              self.posterior_method, 1)[0]
+            return self._draw(
+                rng_key, q0, anneal, model_params, args, kwargs, self.posterior_method, 1
+            )[0]
         q0, anneal, model_params = self._bound_safe((q0, anneal, model_params))
         key_run, key_pick = jax.random.split(rng_key)
         out = self._run_for_bound(key_run, q0, anneal, model_params, args, kwargs)
@@ -222,8 +252,9 @@ class AutoDAIS(ContinuousGuide):
 
     # -- posterior access ---------------------------------------------------------------------
 
-    def _draw(self, rng_key, q0, anneal, model_params, args, kwargs, method, num_draws,
-              batch_size=None):
+    def _draw(
+        self, rng_key, q0, anneal, model_params, args, kwargs, method, num_draws, batch_size=None
+    ):
         """``num_draws`` flat unconstrained draws ``(S, D)`` by ``method``."""
         if method == "q0":
             return gaussian.sample(rng_key, q0, (num_draws,))
@@ -231,22 +262,25 @@ class AutoDAIS(ContinuousGuide):
             size = num_draws if batch_size is None else min(int(batch_size), num_draws)
             keys = jax.random.split(rng_key, math.ceil(num_draws / size))
             chunks = jax.lax.map(
-                lambda k: self._run(k, q0, anneal, model_params, args, kwargs, size,
-                                    model_supplies_final=True).z,
+                lambda k: (
+                    self._run(
+                        k, q0, anneal, model_params, args, kwargs, size, model_supplies_final=True
+                    ).z
+                ),
                 keys,
             )
             return chunks.reshape(-1, chunks.shape[-1])[:num_draws]
 
         def importance(key):
             key_run, key_pick = jax.random.split(key)
-            out = self._run(key_run, q0, anneal, model_params, args, kwargs,
-                            self.num_particles)
+            out = self._run(key_run, q0, anneal, model_params, args, kwargs, self.num_particles)
             return out.z[jax.random.categorical(key_pick, out.log_weights)]
 
         return map_batched(importance, jax.random.split(rng_key, num_draws), batch_size)
 
-    def sample_posterior(self, rng_key, params, *args, sample_shape=(), method=None,
-                         batch_size=None, **kwargs):
+    def sample_posterior(
+        self, rng_key, params, *args, sample_shape=(), method=None, batch_size=None, **kwargs
+    ):
         """Posterior draws, vectorised.
 
         :param method: ``"q0"`` (DAIS₀: draws of the trained ``q0``; needs no data),
@@ -260,20 +294,31 @@ class AutoDAIS(ContinuousGuide):
         check_choice("method", method, POSTERIOR_METHODS)
         if not hasattr(self, "_jit_sample_posterior"):
             self._jit_sample_posterior = jit_by_leaves(self._sample_posterior)
-        return self._jit_sample_posterior(rng_key, params, args, kwargs,
-                                          tuple(sample_shape), method, batch_size)
+        return self._jit_sample_posterior(
+            rng_key, params, args, kwargs, tuple(sample_shape), method, batch_size
+        )
 
-    def _sample_posterior(self, rng_key, params, args, kwargs, sample_shape, method,
-                          batch_size):
+    def _sample_posterior(self, rng_key, params, args, kwargs, sample_shape, method, batch_size):
         q0, anneal = self._guide_params_from(params)
         n = self._num_draws(sample_shape)
-        latents = self._draw(rng_key, q0, anneal, self._model_params_from(params), args,
-                             kwargs, method, n, batch_size)
-        return self._reshape_draws(self._constrain(latents, params, args, kwargs, batch_size),
-                                   sample_shape)
+        latents = self._draw(
+            rng_key,
+            q0,
+            anneal,
+            self._model_params_from(params),
+            args,
+            kwargs,
+            method,
+            n,
+            batch_size,
+        )
+        return self._reshape_draws(
+            self._constrain(latents, params, args, kwargs, batch_size), sample_shape
+        )
 
-    def log_evidence(self, rng_key, params, *args, num_particles=1000, batch_size=None,
-                     **kwargs) -> LogEvidence:
+    def log_evidence(
+        self, rng_key, params, *args, num_particles=1000, batch_size=None, **kwargs
+    ) -> LogEvidence:
         """AIS estimate of ``log Z = log p(x)`` from ``num_particles`` weighted particles.
 
         The estimate is biased low by ``O(1/ess)``; the ESS says how far to trust it.

@@ -116,8 +116,9 @@ def test_loss_gradient_matches_finite_differences():
 
 
 def _end_points(guide, params, *args, **kwargs):
-    return guide.sample_posterior(jax.random.key(7), params, *args, sample_shape=(200,),
-                                  method="dais", **kwargs)
+    return guide.sample_posterior(
+        jax.random.key(7), params, *args, sample_shape=(200,), method="dais", **kwargs
+    )
 
 
 def test_dynamics_use_the_data_of_the_current_call():
@@ -171,8 +172,7 @@ def test_beta_bernoulli():
     np.testing.assert_allclose(samples["beta"].mean(0), true, atol=0.05)
     assert guide.median(params)["beta"].shape == (2,)
     assert guide.quantiles(params, [0.2, 0.5, 0.8])["beta"].shape == (3, 2)
-    pred = Predictive(model, guide=guide, params=params, num_samples=1000)(jax.random.key(1),
-                                                                           data)
+    pred = Predictive(model, guide=guide, params=params, num_samples=1000)(jax.random.key(1), data)
     assert pred["obs"].shape == (1000, len(data), 2)
 
 
@@ -193,8 +193,9 @@ def test_logistic_regression(kernel):
     params = _fit(guide, model, data, labels, steps=1500).params
     assert guide.median(params)["coefs"].shape == (dim,)
     assert guide.quantiles(params, [0.2, 0.5])["coefs"].shape == (2, dim)
-    samples = guide.sample_posterior(jax.random.key(1), params, data, labels,
-                                     sample_shape=(1000,), method="dais")
+    samples = guide.sample_posterior(
+        jax.random.key(1), params, data, labels, sample_shape=(1000,), method="dais"
+    )
     # posterior means of this data set (NUTS, 2000 draws: [0.98, 1.88, 2.92]); the
     # posterior std is 0.07-0.11, so 5% relative covers Monte Carlo and optimisation error
     np.testing.assert_allclose(samples["coefs"].mean(0), [0.98, 1.88, 2.92], rtol=0.05)
@@ -220,8 +221,9 @@ def test_deterministic_and_constrained_sites():
     post.pop("z")
     pred = Predictive(model, post, params=params)(jax.random.key(0), y[200:])
     assert pred["y"].shape == (1000, 100)
-    np.testing.assert_allclose((pred["y"] - post["mu"][:, None]) / params["sigma"], pred["z"],
-                               atol=0.05)
+    np.testing.assert_allclose(
+        (pred["y"] - post["mu"][:, None]) / params["sigma"], pred["z"], atol=0.05
+    )
 
 
 @pytest.mark.parametrize("method", ["q0", "dais", "importance"])
@@ -230,8 +232,9 @@ def test_predictive_agrees_with_sample_posterior(method):
     guide = AutoDAIS(models.linear_gaussian, K=4, num_particles=4, posterior_method=method)
     params = _fit(guide, models.linear_gaussian, y, steps=500).params
     a = guide.sample_posterior(jax.random.key(0), params, y, sample_shape=(2000,))["z"]
-    b = Predictive(models.linear_gaussian, guide=guide, params=params, num_samples=2000,
-                   return_sites=["z"])(jax.random.key(1), y)["z"]
+    b = Predictive(
+        models.linear_gaussian, guide=guide, params=params, num_samples=2000, return_sites=["z"]
+    )(jax.random.key(1), y)["z"]
     assert a.shape == b.shape == (2000, 2)
     # same distribution: means agree within 5 standard errors of a 2000-draw mean
     se = jnp.std(a, 0) / jnp.sqrt(2000.0)
@@ -243,14 +246,15 @@ def test_sample_posterior_batch_size_and_methods():
     guide = AutoDAIS(models.linear_gaussian, K=4, num_particles=4)
     params = _fit(guide, models.linear_gaussian, y, steps=20).params
     for method in ("q0", "importance"):
-        a = guide.sample_posterior(jax.random.key(0), params, y, sample_shape=(6, 5),
-                                   method=method)
-        b = guide.sample_posterior(jax.random.key(0), params, y, sample_shape=(6, 5),
-                                   method=method, batch_size=7)
+        a = guide.sample_posterior(jax.random.key(0), params, y, sample_shape=(6, 5), method=method)
+        b = guide.sample_posterior(
+            jax.random.key(0), params, y, sample_shape=(6, 5), method=method, batch_size=7
+        )
         assert a["z"].shape == (6, 5, 2)
         np.testing.assert_allclose(a["z"], b["z"], rtol=1e-5)
-    c = guide.sample_posterior(jax.random.key(0), params, y, sample_shape=(10,), method="dais",
-                               batch_size=3)
+    c = guide.sample_posterior(
+        jax.random.key(0), params, y, sample_shape=(10,), method="dais", batch_size=3
+    )
     assert c["z"].shape == (10, 2)
     with pytest.raises(ValueError, match="method"):
         guide.sample_posterior(jax.random.key(0), params, y, method="nuts")
@@ -264,9 +268,11 @@ def test_q0_is_the_posterior_object():
     assert isinstance(post, dist.MultivariateNormal)
     np.testing.assert_allclose(guide.median(params)["z"], params["auto_z_0_loc"])
     eps = jnp.ones(2)
-    np.testing.assert_allclose(guide.get_transform(params)(eps),
-                               params["auto_z_0_loc"] + params["auto_z_0_scale_tril"] @ eps,
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        guide.get_transform(params)(eps),
+        params["auto_z_0_loc"] + params["auto_z_0_scale_tril"] @ eps,
+        rtol=1e-6,
+    )
 
 
 def test_autoguidelist_composition():
@@ -282,8 +288,9 @@ def test_autoguidelist_composition():
     guide = AutoGuideList(model)
     guide.append(AutoNormal(handlers.block(model, expose=["a"])))
     # σ = 0.05 and 500 rows give curvature ~2e5: leapfrog needs η·sqrt(H) < 2, so η ≤ 2e-3
-    guide.append(AutoDAIS(handlers.block(model, hide=["a"]), num_particles=4, eta_init=1e-3,
-                          eta_max=2e-3))
+    guide.append(
+        AutoDAIS(handlers.block(model, hide=["a"]), num_particles=4, eta_init=1e-3, eta_max=2e-3)
+    )
     params = _fit(guide, model, x, y, steps=500, lr=0.1).params
     post = guide.sample_posterior(jax.random.key(0), params, x, sample_shape=(1000,))
     assert post["a"].shape == (1000,) and post["b"].shape == (1000, 2, 1)
@@ -319,8 +326,9 @@ def test_discrete_site_helpful_error():
         p = numpyro.sample("p", dist.Beta(2.0, 2.0))
         x = numpyro.sample("x", dist.Bernoulli(p))
         with numpyro.plate("N", 2):
-            numpyro.sample("obs", dist.Bernoulli(p * x + (1 - p) * (1 - x)),
-                           obs=jnp.array([1.0, 0.0]))
+            numpyro.sample(
+                "obs", dist.Bernoulli(p * x + (1 - p) * (1 - x)), obs=jnp.array([1.0, 0.0])
+            )
 
     with pytest.raises(ValueError, match="handle discrete latent site 'x'"):
         handlers.seed(AutoDAIS(model), 0)()
@@ -373,8 +381,8 @@ def test_numpy_params_accepted():
     svi = SVI(models.linear_gaussian, guide, optax.adam(0.01), Trace_ELBO())
     params = jax.device_get(svi.get_params(svi.init(jax.random.key(0), y)))
     for method in ("q0", "dais", "importance"):
-        out = guide.sample_posterior(jax.random.key(0), params, y, sample_shape=(3,),
-                                     method=method)
+        out = guide.sample_posterior(jax.random.key(0), params, y, sample_shape=(3,), method=method)
         assert out["z"].shape == (3, 2)
-    assert bool(jnp.isfinite(guide.log_evidence(jax.random.key(0), params, y,
-                                                num_particles=10).log_Z))
+    assert bool(
+        jnp.isfinite(guide.log_evidence(jax.random.key(0), params, y, num_particles=10).log_Z)
+    )

@@ -7,7 +7,8 @@ resampling between steps.
 Reference: Geffner & Domke (2021); Zhang et al. (2021); Zenn & Bamler (2023), DAIS₀.
 """
 
-from typing import Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +44,7 @@ class DAISOutput(NamedTuple):
     log_q0_z0: jax.Array  # (N,) log q0(z_0)
     log_final_target: jax.Array  # (N,) the final term of log w (ℓ(z_K) by default)
     deltas: jax.Array  # (K, N) Δ_k
-    log_increments: Optional[jax.Array]  # (K, N) log w̃_k if tracked, else None
+    log_increments: jax.Array | None  # (K, N) log w̃_k if tracked, else None
     ess: jax.Array  # () effective sample size of the final weights
     num_nonfinite: jax.Array  # () particles whose weight is NaN or ±inf (diverged)
 
@@ -54,8 +55,15 @@ def step_params(params: AnnealParams, k) -> StepParams:
     )
 
 
-def init(rng_key, q0: gaussian.Gaussian, potential: Potential, params: AnnealParams,
-         num_particles: int, kernel: str, track: bool):
+def init(
+    rng_key,
+    q0: gaussian.Gaussian,
+    potential: Potential,
+    params: AnnealParams,
+    num_particles: int,
+    kernel: str,
+    track: bool,
+):
     """Draw ``z_0 ~ q0`` and ``v_0 ~ N(0, M)`` for ``N`` particles; returns the batched state."""
     key_z, key_v = jax.random.split(rng_key)
     z0 = gaussian.sample(key_z, q0, (num_particles,))
@@ -65,13 +73,15 @@ def init(rng_key, q0: gaussian.Gaussian, potential: Potential, params: AnnealPar
         v0 = jnp.zeros_like(z0)
     with_grads = kernel == "langevin"
     return jax.vmap(
-        lambda z, v: init_state(z, v, potential, with_values=track or with_grads,
-                                with_grads=with_grads)
+        lambda z, v: init_state(
+            z, v, potential, with_values=track or with_grads, with_grads=with_grads
+        )
     )(z0, v0)
 
 
-def step(rng_key, state: ParticleState, step: StepParams, potential: Potential,
-         kernel: str, track: bool) -> tuple[ParticleState, TransitionInfo]:
+def step(
+    rng_key, state: ParticleState, step: StepParams, potential: Potential, kernel: str, track: bool
+) -> tuple[ParticleState, TransitionInfo]:
     """Apply transition ``k`` to every particle of a batched state (vmapped kernel)."""
     keys = jax.random.split(rng_key, state.z.shape[0])
     transition = KERNELS[kernel]
@@ -85,9 +95,17 @@ def step_keys(rng_key, K: int):
     return init_key, jax.random.split(transitions_key, K)
 
 
-def run(rng_key, q0: gaussian.Gaussian, potential: Potential, params: AnnealParams,
-        num_particles: int, *, kernel: str = "hmc", track_increments: bool = False,
-        log_final_target: Optional[Callable] = None) -> DAISOutput:
+def run(
+    rng_key,
+    q0: gaussian.Gaussian,
+    potential: Potential,
+    params: AnnealParams,
+    num_particles: int,
+    *,
+    kernel: str = "hmc",
+    track_increments: bool = False,
+    log_final_target: Callable | None = None,
+) -> DAISOutput:
     """Run ``K`` transitions for ``N = num_particles`` particles.
 
     ``log w_i = log_final_target(z_K) − log q0(z_0) + Σ_k Δ_k``, where
@@ -105,16 +123,22 @@ def run(rng_key, q0: gaussian.Gaussian, potential: Potential, params: AnnealPara
 
     def body(state, xs):
         key, k = xs
-        state, info = step(key, state, step_params(params, k), potential, kernel,
-                           track_increments)
+        state, info = step(key, state, step_params(params, k), potential, kernel, track_increments)
         return state, info
 
     state, infos = jax.lax.scan(body, state, (keys, jnp.arange(params.K)))
     return finalize(z0, log_q0_z0, state, infos, potential, log_final_target, track_increments)
 
 
-def finalize(z0, log_q0_z0, state: ParticleState, infos: TransitionInfo, potential: Potential,
-             log_final_target: Optional[Callable], track: bool) -> DAISOutput:
+def finalize(
+    z0,
+    log_q0_z0,
+    state: ParticleState,
+    infos: TransitionInfo,
+    potential: Potential,
+    log_final_target: Callable | None,
+    track: bool,
+) -> DAISOutput:
     """Assemble :class:`DAISOutput` from the final state and the stacked step infos."""
     if log_final_target is None and track:
         final = state.log_target  # already evaluated at z_K by the last step

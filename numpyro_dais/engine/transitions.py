@@ -9,7 +9,8 @@ References: Geffner & Domke (2021), "MCMC variational inference via uncorrected
 Hamiltonian annealing"; Zenn & Bamler (2024), App. C.2, for the Langevin kernel.
 """
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp

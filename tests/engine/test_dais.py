@@ -30,19 +30,20 @@ def _params(K, step=0.2):
 
 @pytest.mark.parametrize("kernel", ["hmc", "langevin"])
 def test_incremental_weights_telescope(kernel):
-    out = dais.run(jax.random.key(0), Q0, POTENTIAL, _params(6), 32, kernel=kernel,
-                   track_increments=True)
+    out = dais.run(
+        jax.random.key(0), Q0, POTENTIAL, _params(6), 32, kernel=kernel, track_increments=True
+    )
     assert out.log_increments.shape == (6, 32)
     # Σ_k log w̃_k = ℓ(z_K) − log q0(z_0) + Σ_k Δ_k: equal up to float32 round-off
-    np.testing.assert_allclose(out.log_increments.sum(0), out.log_weights, rtol=1e-4,
-                               atol=1e-4)
+    np.testing.assert_allclose(out.log_increments.sum(0), out.log_weights, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("kernel", ["hmc", "langevin"])
 def test_tracking_does_not_change_weights(kernel):
     a = dais.run(jax.random.key(1), Q0, POTENTIAL, _params(4), 8, kernel=kernel)
-    b = dais.run(jax.random.key(1), Q0, POTENTIAL, _params(4), 8, kernel=kernel,
-                 track_increments=True)
+    b = dais.run(
+        jax.random.key(1), Q0, POTENTIAL, _params(4), 8, kernel=kernel, track_increments=True
+    )
     np.testing.assert_allclose(a.log_weights, b.log_weights, rtol=1e-6)
     np.testing.assert_allclose(a.z, b.z, rtol=1e-6)
 
@@ -82,8 +83,9 @@ def test_hmc_momentum_refresh_keeps_gaussian():
     params = _params(5, step=1e-6)._replace(mass=mass)
     state = dais.init(jax.random.key(4), Q0, flat, params, 20000, "hmc", False)
     for k in range(5):
-        state, _ = dais.step(jax.random.key(10 + k), state, dais.step_params(params, k), flat,
-                             "hmc", False)
+        state, _ = dais.step(
+            jax.random.key(10 + k), state, dais.step_params(params, k), flat, "hmc", False
+        )
     var = jnp.var(state.v, axis=0)
     np.testing.assert_allclose(var, mass, rtol=4 * np.sqrt(2 / 20000))
 
@@ -124,5 +126,6 @@ def test_cholesky_gaussian_matches_scipy():
     L = jnp.array([[1.0, 0.0], [0.5, 0.7]])
     q0 = gaussian.Gaussian(jnp.array([0.3, -0.1]), L)
     z = jax.random.normal(jax.random.key(0), (5, 2))
-    np.testing.assert_allclose(gaussian.log_prob(q0, z),
-                               multivariate_normal.logpdf(z, q0.loc, L @ L.T), rtol=1e-5)
+    np.testing.assert_allclose(
+        gaussian.log_prob(q0, z), multivariate_normal.logpdf(z, q0.loc, L @ L.T), rtol=1e-5
+    )
