@@ -80,6 +80,7 @@ class AutoDSMCS(AutoDAIS):
         init_loc_fn=init_to_uniform,
         init_scale=0.1,
         posterior_method="importance",
+        report_divergences=True,
         forward_mode_differentiation=False,
     ):
         check_positive_int("num_particles", num_particles)
@@ -105,6 +106,7 @@ class AutoDSMCS(AutoDAIS):
             init_loc_fn=init_loc_fn,
             init_scale=init_scale,
             posterior_method=posterior_method,
+            report_divergences=report_divergences,
             forward_mode_differentiation=forward_mode_differentiation,
         )
 

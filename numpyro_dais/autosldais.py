@@ -154,6 +154,7 @@ class AutoSurrogateLikelihoodDAIS(AutoDAIS):
         init_loc_fn=init_to_uniform,
         init_scale=0.1,
         posterior_method="q0",
+        report_divergences=True,
         forward_mode_differentiation=False,
     ):
         check_choice("dynamics", dynamics, DYNAMICS)
@@ -182,6 +183,7 @@ class AutoSurrogateLikelihoodDAIS(AutoDAIS):
             init_loc_fn=init_loc_fn,
             init_scale=init_scale,
             posterior_method=posterior_method,
+            report_divergences=report_divergences,
             forward_mode_differentiation=forward_mode_differentiation,
         )
         self.surrogate_model = surrogate_model
