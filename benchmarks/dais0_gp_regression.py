@@ -16,23 +16,17 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-import optax
-from numpyro.infer import SVI, RenyiELBO, Trace_ELBO
-from numpyro.infer.autoguide import AutoDiagonalNormal
 from numpyro.infer.initialization import init_to_value
 
-from benchmarks import _msc
 from benchmarks._common import (
     Stopwatch,
-    fit_svi,
-    log_joint_fn,
     markdown_table,
     output_name,
     parse_args,
     sci,
     write_results,
 )
-from numpyro_dais import AutoDAIS
+from benchmarks._compact import fit_compact_methods, mae
 
 NAME = "dais0_gp_regression"
 MODULE = f"benchmarks.{NAME}"
@@ -140,71 +134,20 @@ def train(cfg, data, key):
     d = len(data["y"])
     args = (jnp.asarray(data["K_oo"]), jnp.asarray(data["y"]))
     init = init_to_value(values={"f": jnp.zeros(d)})
-    keys = jax.random.split(key, 4)
-    seeds = cfg["seeds"]
-    out = {}
-
-    iwvi = AutoDiagonalNormal(model, init_scale=1.0, init_loc_fn=init)
-    svi = SVI(model, iwvi, optax.adam(LR), RenyiELBO(0.0, N_PARTICLES))
-    params, _ = fit_svi(svi, args, jax.random.split(keys[0], seeds), cfg["steps"])
-    qs = [iwvi.get_posterior(jax.tree.map(lambda x, s=s: x[s, -1], params)) for s in range(seeds)]
-    out["IWVI"] = (np.stack([q.loc for q in qs]), np.stack([q.scale for q in qs]))
-    log_joint = jax.vmap(log_joint_fn(model, args, "f"))
-    sir = [
-        sir_moments(k, q, log_joint, *cfg["sir"])
-        for k, q in zip(jax.random.split(keys[1], seeds), qs, strict=True)
-    ]
-    out["IWVI_SIR"] = tuple(np.stack(x) for x in zip(*sir, strict=True))
-
-    dais = AutoDAIS(model, K=K, num_particles=N_PARTICLES, init_scale=1.0, init_loc_fn=init)
-    svi = SVI(model, dais, optax.adam(LR), Trace_ELBO())
-    params, _ = fit_svi(svi, args, jax.random.split(keys[2], seeds), cfg["steps"])
-    per_seed = [jax.tree.map(lambda x, s=s: x[s, -1], params) for s in range(seeds)]
-    q0s = [dais.get_posterior(p).base_dist for p in per_seed]
-    out["DAIS0(16)"] = (np.stack([q.loc for q in q0s]), np.stack([q.scale for q in q0s]))
-    draws = [
-        dais.sample_posterior(
-            k, p, *args, sample_shape=(cfg["dais_draws"],), method="dais", batch_size=10_000
-        )["f"]
-        for k, p in zip(jax.random.split(keys[3], seeds), per_seed, strict=True)
-    ]
-    out["DAIS(16)"] = (np.stack([x.mean(0) for x in draws]), np.stack([x.std(0) for x in draws]))
-
-    msc = jax.jit(
-        jax.vmap(
-            lambda k: _msc.fit(
-                k,
-                log_joint_fn(model, args, "f"),
-                jnp.zeros(d),
-                1.0,
-                num_particles=N_PARTICLES,
-                num_chains=8,
-                num_steps=cfg["steps"],
-                learning_rate=LR,
-            )
-        )
-    )(jax.random.split(jax.random.fold_in(key, 7), seeds))
-    out["MSC8c"] = (np.asarray(msc.loc[:, -1]), np.asarray(msc.scale[:, -1]))
-    return out
-
-
-def sir_moments(key, q, log_joint, num_draws, num_proposals):
-    """Sampling importance resampling from ``q``: each of ``num_draws`` draws is picked by
-    weight from its own ``num_proposals`` proposals; returns the draws' mean and std."""
-
-    def one(k):
-        k1, k2 = jax.random.split(k)
-        z = q.sample(k1, (num_proposals,))
-        log_w = log_joint(z) - q.to_event(1).log_prob(z)
-        return z[jax.random.categorical(k2, log_w)]
-
-    z = jax.lax.map(one, jax.random.split(key, num_draws), batch_size=100)
-    return np.asarray(z.mean(0)), np.asarray(z.std(0))
-
-
-def mae(est, truth):
-    """MAE per seed, shape ``(S,)``."""
-    return np.mean(np.abs(np.asarray(est) - truth[None]), axis=-1)
+    keys = (*jax.random.split(key, 4), jax.random.fold_in(key, 7))
+    return fit_compact_methods(
+        model,
+        args,
+        "f",
+        init,
+        1.0,
+        cfg,
+        keys,
+        K=K,
+        num_particles=N_PARTICLES,
+        lr=LR,
+        dais_batch_size=10_000,
+    )
 
 
 def predictive(data, mean, cov):

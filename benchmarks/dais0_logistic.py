@@ -18,23 +18,20 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import optax
-from numpyro.infer import MCMC, NUTS, SVI, RenyiELBO, Trace_ELBO
-from numpyro.infer.autoguide import AutoDiagonalNormal, AutoNormal
+from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO
+from numpyro.infer.autoguide import AutoNormal
 from numpyro.infer.initialization import init_to_value
 
-from benchmarks import _msc
 from benchmarks._common import (
     Stopwatch,
     fit_svi,
-    log_joint_fn,
     markdown_table,
     output_name,
     parse_args,
     sci,
     write_results,
 )
-from benchmarks.dais0_gp_regression import sir_moments
-from numpyro_dais import AutoDAIS
+from benchmarks._compact import fit_compact_methods, mae
 
 NAME = "dais0_logistic"
 MODULE = f"benchmarks.{NAME}"
@@ -150,52 +147,22 @@ def train(cfg, X, y, key):
         np.asarray(params["w_auto_scale"][:, -1]),
     )
 
-    iwvi = AutoDiagonalNormal(model, init_scale=INIT_SCALE, init_loc_fn=init)
-    svi = SVI(model, iwvi, optax.adam(LR), RenyiELBO(0.0, N_PARTICLES))
-    params, _ = fit_svi(svi, args, jax.random.split(keys[1], seeds), cfg["steps"])
-    qs = [iwvi.get_posterior(jax.tree.map(lambda x, s=s: x[s, -1], params)) for s in range(seeds)]
-    out["IWVI"] = (np.stack([q.loc for q in qs]), np.stack([q.scale for q in qs]))
-    log_joint = jax.vmap(log_joint_fn(model, args, "w"))
-    sir = [
-        sir_moments(k, q, log_joint, *cfg["sir"])
-        for k, q in zip(jax.random.split(keys[2], seeds), qs, strict=True)
-    ]
-    out["IWVI_SIR"] = tuple(np.stack(x) for x in zip(*sir, strict=True))
-
-    dais = AutoDAIS(model, K=K, num_particles=N_PARTICLES, init_scale=INIT_SCALE, init_loc_fn=init)
-    svi = SVI(model, dais, optax.adam(LR), Trace_ELBO())
-    params, _ = fit_svi(svi, args, jax.random.split(keys[3], seeds), cfg["steps"])
-    per_seed = [jax.tree.map(lambda x, s=s: x[s, -1], params) for s in range(seeds)]
-    q0s = [dais.get_posterior(p).base_dist for p in per_seed]
-    out["DAIS0(16)"] = (np.stack([q.loc for q in q0s]), np.stack([q.scale for q in q0s]))
-    draws = [
-        dais.sample_posterior(
-            k, p, *args, sample_shape=(cfg["dais_draws"],), method="dais", batch_size=1000
-        )["w"]
-        for k, p in zip(jax.random.split(keys[4], seeds), per_seed, strict=True)
-    ]
-    out["DAIS(16)"] = (np.stack([x.mean(0) for x in draws]), np.stack([x.std(0) for x in draws]))
-
-    msc = jax.jit(
-        jax.vmap(
-            lambda k: _msc.fit(
-                k,
-                log_joint_fn(model, args, "w"),
-                jnp.zeros(D),
-                INIT_SCALE,
-                num_particles=N_PARTICLES,
-                num_chains=8,
-                num_steps=cfg["steps"],
-                learning_rate=LR,
-            )
+    out.update(
+        fit_compact_methods(
+            model,
+            args,
+            "w",
+            init,
+            INIT_SCALE,
+            cfg,
+            keys[1:],
+            K=K,
+            num_particles=N_PARTICLES,
+            lr=LR,
+            dais_batch_size=1000,
         )
-    )(jax.random.split(keys[5], seeds))
-    out["MSC8c"] = (np.asarray(msc.loc[:, -1]), np.asarray(msc.scale[:, -1]))
+    )
     return out
-
-
-def mae(est, truth):
-    return np.mean(np.abs(np.asarray(est) - truth[None]), axis=-1)
 
 
 def std_figure(name, ref_std, fits, path):
