@@ -1,5 +1,7 @@
 """AutoDAIS under numpyro's SVI: the bound, freshness, posterior access, errors."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -303,19 +305,24 @@ def test_autoguidelist_composition():
         guide[1].sample_posterior(jax.random.key(0), params, x, method="dais")
 
 
-def test_divergent_particles_are_dropped_and_reported():
+@pytest.mark.parametrize("report", [True, False])
+def test_divergent_particles_are_dropped_and_reported(report):
     def model():
         numpyro.sample("z", dist.Normal(0.0, 1.0))
-        # the log density is NaN for z > 1: some particles leave the domain
-        z = numpyro.sample("w", dist.Normal(0.0, 1.0))
-        numpyro.factor("wall", jnp.where(z > 1.0, jnp.nan, 0.0))
+        # the log density is NaN for w > 1: some particles leave the domain
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0))
+        numpyro.factor("wall", jnp.where(w > 1.0, jnp.nan, 0.0))
 
-    guide = AutoDAIS(model, K=2, num_particles=16, init_scale=1.0)
+    guide = AutoDAIS(model, K=2, num_particles=16, init_scale=1.0, report_divergences=report)
     svi = SVI(model, guide, optax.adam(0.01), Trace_ELBO())
     state = svi.init(jax.random.key(0))
-    with pytest.warns(RuntimeWarning, match="diverged"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         state, loss = jax.jit(svi.update)(state)
         jax.block_until_ready(loss)
+    reported = [w for w in caught if "diverged" in str(w.message)]
+    assert bool(reported) == report
+    # dropped from the bound and from the gradient either way
     assert bool(jnp.isfinite(loss))
     for value in svi.get_params(state).values():
         assert bool(jnp.isfinite(value).all())
