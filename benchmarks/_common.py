@@ -9,6 +9,7 @@ import argparse
 import os
 import platform
 import shlex
+import statistics
 import sys
 import time
 from contextlib import contextmanager
@@ -55,11 +56,31 @@ def machine_info():
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu count": str(os.cpu_count()),
-        "load average at start (1, 5, 15 min)": load,
+        "load average when written (1, 5, 15 min)": load,
         "jax": jax.__version__,
         "numpyro": numpyro.__version__,
         "devices": ", ".join(str(d) for d in jax.devices()),
     }
+
+
+def machine_line():
+    """:func:`machine_info` on one line, for scripts that write their own header."""
+    return "; ".join(f"{k}: {v}" for k, v in machine_info().items())
+
+
+def time_steps(step, state, repeats, steps, reduce=statistics.median):
+    """Seconds per call of ``step(state) -> (state, loss)`` once warm (compiled first):
+    ``reduce`` (median by default) over ``repeats`` timed blocks of ``steps`` calls."""
+    state, loss = step(state)
+    jax.block_until_ready(loss)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(steps):
+            state, loss = step(state)
+        jax.block_until_ready(loss)
+        times.append((time.perf_counter() - start) / steps)
+    return float(reduce(times))
 
 
 def command_line(module):

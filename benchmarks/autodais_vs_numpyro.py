@@ -22,7 +22,7 @@ from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoDAIS as NumpyroAutoDAIS
 from numpyro.infer.autoguide import AutoNormal
 
-from benchmarks._common import Stopwatch, parse_args, write_results
+from benchmarks._common import Stopwatch, parse_args, time_steps, write_results
 from numpyro_dais import AutoDAIS
 
 
@@ -49,18 +49,8 @@ def model(X, y=None):
 def step_time(guide, X, y, repeats, steps):
     """Median seconds per jitted ``svi.update`` (warm), over ``repeats`` blocks of ``steps``."""
     svi = SVI(model, guide, optax.adam(1e-3), Trace_ELBO())
-    state = svi.init(jax.random.key(0), X, y)
     update = jax.jit(svi.update)
-    state, loss = update(state, X, y)
-    jax.block_until_ready(loss)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(steps):
-            state, loss = update(state, X, y)
-        jax.block_until_ready(loss)
-        times.append((time.perf_counter() - start) / steps)
-    return statistics.median(times)
+    return time_steps(lambda s: update(s, X, y), svi.init(jax.random.key(0), X, y), repeats, steps)
 
 
 def posterior_time(guide, params, X, y, repeats, method=None):

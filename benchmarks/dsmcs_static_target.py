@@ -19,7 +19,6 @@ the last 10% of steps (batches of B particle systems).
 
 import argparse
 import os
-import platform
 import sys
 import time
 
@@ -32,7 +31,9 @@ import optax
 from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.initialization import init_to_value
 
-from numpyro_dais import AutoDSMCS
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks._common import machine_line, time_steps  # noqa: E402
+from numpyro_dais import AutoDSMCS  # noqa: E402
 
 D, C = 50, 8
 FROZEN = ("auto_z_0_loc", "auto_z_0_scale")
@@ -130,17 +131,9 @@ def train(model, kernel, K, N, variant, cfg, seed=0):
     )
 
 
-def step_time(update, state, rounds=5, steps=5):
-    """Fastest per-step time over ``rounds`` timed blocks (robust to a shared machine)."""
-    best = np.inf
-    for _ in range(rounds):
-        s = state
-        t = time.perf_counter()
-        for _ in range(steps):
-            s, loss = update(s)
-        loss.block_until_ready()
-        best = min(best, (time.perf_counter() - t) / steps)
-    return best
+def step_time(update, state):
+    """Fastest per-step time over 5 timed blocks of 5 steps (robust to a shared machine)."""
+    return time_steps(update, state, repeats=5, steps=5, reduce=min)
 
 
 def main():
@@ -179,9 +172,7 @@ def main():
         "# DSMCS static target (Zenn & Bamler 2023, App. C)",
         "",
         f"Command: `python {' '.join(sys.argv)}`  ",
-        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, Python "
-        f"{platform.python_version()}, jax {jax.__version__}, numpyro {numpyro.__version__}; "
-        f"load average at the end {os.getloadavg()[0]:.1f} (shared machine).  ",
+        f"Machine: {machine_line()}.  ",
         f"Budget: {cfg.steps} Adam steps (lr {cfg.lr}, ×0.75 every {max(1, cfg.steps // 20)} "
         f"steps, 8 times), batches of {cfg.batch} particle systems; q0 = N(0, 9I) frozen. "
         f"Paper: 5,000 steps, batches of 64, lr searched, 3 seeds. Wall time "

@@ -17,7 +17,6 @@ Usage: ``python benchmarks/gpvi_reproduction.py [--quick]``; writes
 
 import argparse
 import os
-import platform
 import sys
 import time
 
@@ -31,6 +30,7 @@ from numpyro.infer import SVI, Trace_ELBO, init_to_median
 from numpyro.infer.autoguide import AutoNormal
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks._common import machine_line  # noqa: E402
 from numpyro_dais import AutoGPVI  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -332,11 +332,7 @@ def main():
         ),
     ]
     target_lines = "\n".join(f"- [{'x' if ok else ' '}] {name}" for name, ok in targets)
-    machine = (
-        f"{platform.platform()}, {os.cpu_count()} CPUs (shared with other jobs), "
-        f"python {platform.python_version()}, jax {jax.__version__}, "
-        f"numpyro {numpyro.__version__}, backend {jax.default_backend()}"
-    )
+    machine = machine_line()
     report = f"""# GPVI reproduction{" (quick)" if args.quick else ""}
 
 Command: `python benchmarks/gpvi_reproduction.py{" --quick" if args.quick else ""}`

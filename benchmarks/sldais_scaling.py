@@ -21,7 +21,6 @@ Usage: ``python benchmarks/sldais_scaling.py [--quick]``
 
 import argparse
 import os
-import platform
 import sys
 import time
 from functools import partial
@@ -37,7 +36,9 @@ from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoNormal
 from numpyro.infer.initialization import init_to_median
 
-from numpyro_dais import AutoDAIS, AutoSurrogateLikelihoodDAIS
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks._common import machine_line, time_steps  # noqa: E402
+from numpyro_dais import AutoDAIS, AutoSurrogateLikelihoodDAIS  # noqa: E402
 
 D, B, NUM_SURROGATE = 28, 256, 256
 RHO = 0.9  # correlation between any two features
@@ -89,20 +90,12 @@ def step_time(name, X, Y, repeats, budget_s=0.2):
     svi = SVI(model, guide, optax.adam(1e-3), Trace_ELBO())
     state = svi.init(jax.random.key(0), X, Y)
     update = jax.jit(svi.update)
-    state, loss = update(state, X, Y)
-    jax.block_until_ready(loss)
-    start = time.perf_counter()
-    state, loss = update(state, X, Y)
-    jax.block_until_ready(loss)
-    inner = max(1, int(budget_s / (time.perf_counter() - start)))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(inner):
-            state, loss = update(state, X, Y)
-        jax.block_until_ready(loss)
-        times.append((time.perf_counter() - start) / inner)
-    return float(np.median(times))
+
+    def step(s):
+        return update(s, X, Y)
+
+    one = time_steps(step, state, 1, 1)  # compiles, then sizes blocks to ~budget_s
+    return time_steps(step, state, repeats, max(1, int(budget_s / one)))
 
 
 def train_and_score(name, X, Y, steps, draws):
@@ -170,10 +163,7 @@ def render(args, sizes, timing, scores, elbo_nd, steps, draws, repeats):
         "",
         f"Command: `python {' '.join(sys.argv)}` (with the package importable: "
         "`pip install -e .` or `PYTHONPATH=.`)  ",
-        f"Machine: {platform.platform()}, {os.cpu_count()} CPUs (shared: load average "
-        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end), Python "
-        f"{sys.version.split()[0]}, jax {jax.__version__}, numpyro {numpyro.__version__}, "
-        f"backend {jax.default_backend()}  ",
+        f"Machine: {machine_line()}  ",
         f"Settings: feature correlation ρ = {args.rho}, B = N_s = {B}, K = 8; step time = "
         f"median of {repeats} repeats of warm "
         "jitted `svi.update`; generator and guides in the script's docstring.",

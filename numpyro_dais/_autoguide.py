@@ -103,13 +103,20 @@ def _warn_nonfinite(guide_name, num_nonfinite, num_particles):
     warnings.warn(msg, RuntimeWarning, stacklevel=2)
 
 
+def warn_from_jit(condition, warn_fn, *args):
+    """Call the host function ``warn_fn(*args)`` from inside jitted code when ``condition``.
+
+    Under ``vmap`` the ``lax.cond`` becomes a select that runs the callback for every
+    element, so ``warn_fn`` must itself return quietly when there is nothing to report.
+    The host callback costs ~0.1-1 ms per call on CPU even when not taken.
+    """
+    jax.lax.cond(condition, lambda a: jax.debug.callback(warn_fn, *a), lambda a: None, args)
+
+
 def report_nonfinite(guide_name, num_nonfinite, num_particles):
-    """Warn from inside jitted code when trajectories diverged; free when none did."""
-    jax.lax.cond(
-        num_nonfinite > 0,
-        lambda n: jax.debug.callback(partial(_warn_nonfinite, guide_name), n, num_particles),
-        lambda n: None,
-        num_nonfinite,
+    """Warn from inside jitted code when trajectories diverged."""
+    warn_from_jit(
+        num_nonfinite > 0, partial(_warn_nonfinite, guide_name), num_nonfinite, num_particles
     )
 
 

@@ -27,6 +27,7 @@ from numpyro_dais._autoguide import (
     check_positive_int,
     emit_log_weight,
     map_batched,
+    warn_from_jit,
 )
 from numpyro_dais.engine import gpvi, networks
 from numpyro_dais.engine.kernels import ksd_u_statistic
@@ -67,19 +68,13 @@ def _warn(guide_name, num_nonfinite, num_fallback, total, helper_rel_loss, helpe
 
 def _report(guide_name, is_helper, num_nonfinite, out, total):
     """Warn from inside jitted code (one host callback, only when something went wrong)."""
-    args = (
+    warn_from_jit(
+        (num_nonfinite > 0) | (out.num_fallback > 0),
+        lambda n, fb, rel, loss: _warn(guide_name, n, fb, total, rel, loss, is_helper),
         num_nonfinite,
         out.num_fallback,
         out.helper_rel_loss,
         jax.lax.stop_gradient(out.helper_loss),
-    )
-    jax.lax.cond(
-        (num_nonfinite > 0) | (out.num_fallback > 0),
-        lambda a: jax.debug.callback(
-            lambda n, fb, rel, loss: _warn(guide_name, n, fb, total, rel, loss, is_helper), *a
-        ),
-        lambda a: None,
-        args,
     )
 
 
