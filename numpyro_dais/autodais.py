@@ -80,8 +80,9 @@ class AutoDAIS(ContinuousGuide):
         (end points resampled by weight within N-particle sets).
     :param bool report_divergences: warn (``RuntimeWarning``) from inside the jitted step
         when trajectories diverge. Diverged particles are always dropped from the bound and
-        their non-finite gradients zeroed; the warning itself is a host callback that costs
-        about 0.1-1 ms per step on CPU, so switch it off for tiny models once training is
+        their non-finite gradients zeroed. The warning is one host callback per step (also
+        under ``Trace_ELBO(num_particles=B)``, whose draws are summed into one warning); on
+        CPU it costs about 1 ms per step, so switch it off for tiny models once training is
         known to be stable.
     """
 

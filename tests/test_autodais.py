@@ -305,8 +305,8 @@ def test_autoguidelist_composition():
         guide[1].sample_posterior(jax.random.key(0), params, x, method="dais")
 
 
-@pytest.mark.parametrize("report", [True, False])
-def test_divergent_particles_are_dropped_and_reported(report):
+@pytest.mark.parametrize("report, elbo_particles", [(True, 1), (False, 1), (True, 3)])
+def test_divergent_particles_are_dropped_and_reported(report, elbo_particles):
     def model():
         numpyro.sample("z", dist.Normal(0.0, 1.0))
         # the log density is NaN for w > 1: some particles leave the domain
@@ -314,14 +314,20 @@ def test_divergent_particles_are_dropped_and_reported(report):
         numpyro.factor("wall", jnp.where(w > 1.0, jnp.nan, 0.0))
 
     guide = AutoDAIS(model, K=2, num_particles=16, init_scale=1.0, report_divergences=report)
-    svi = SVI(model, guide, optax.adam(0.01), Trace_ELBO())
+    svi = SVI(model, guide, optax.adam(0.01), Trace_ELBO(num_particles=elbo_particles))
     state = svi.init(jax.random.key(0))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         state, loss = jax.jit(svi.update)(state)
         jax.block_until_ready(loss)
-    reported = [w for w in caught if "diverged" in str(w.message)]
-    assert bool(reported) == report
+        jax.effects_barrier()
+    reported = [str(w.message) for w in caught if "diverged" in str(w.message)]
+    if report:
+        # one warning per step, counting the particles of every vmapped ELBO draw
+        assert len(reported) == 1
+        assert f"of {16 * elbo_particles} particle trajectories" in reported[0]
+    else:
+        assert not reported
     # dropped from the bound and from the gradient either way
     assert bool(jnp.isfinite(loss))
     for value in svi.get_params(state).values():
