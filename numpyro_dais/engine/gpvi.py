@@ -7,7 +7,9 @@ For a generator ``x = f_θ(ε)``, ``N`` update particles ``ε_i`` and ``N′`` f
 
 with an RBF kernel on noise space. It is pulled back to θ by minimising
 ``(1/N) Σ_i ⟨stop_gradient(g_i), f_θ(ε_i)⟩``. ``J^{-T} v`` is solved exactly or predicted
-by a helper network ``h_η(ε_{1:k}, v)`` trained on ``mean ‖J_fᵀ h_η − v‖²``.
+by a helper network trained on ``mean ‖J_fᵀ h_η − v‖²``. The helper is residual,
+``h_η(ε, v) = v / λ + MLP_η(ε_{1:k}, v)`` (exact when ``g_θ`` is flat), where the reference
+code predicts ``J^{-T} v`` from scratch: it starts right and only learns the correction.
 Amortized SVGD (Wang & Liu, 2016) is the same formula with the kernel on outputs and
 ``J ≡ I``.
 
@@ -115,7 +117,8 @@ def gpvi_direction(
         num_fallback = jnp.sum(~ok)
     elif jacobian == "helper":
         k = helper_layers[0][0].shape[0]
-        W = networks.helper_apply(helper_layers, eps_prime[:, None, :k], V)
+        # residual form: the network predicts the correction to v / λ (exact for a flat g_θ)
+        W = fallback + networks.helper_apply(helper_layers, eps_prime[:, None, :k], V)
         loss = helper_loss(f, eps_prime, V, W)
         rel = jax.lax.stop_gradient(loss) / jnp.maximum(
             jnp.mean(jnp.sum(V * V, axis=-1)), jnp.finfo(V.dtype).tiny
