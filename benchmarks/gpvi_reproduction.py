@@ -148,17 +148,29 @@ def run_blr(cfg, seed):
 # -- timing ----------------------------------------------------------------------------------------
 
 
-def time_per_step(method, D, cfg, reps):
-    model = density_model(target_cov(D, 0))
-    guide = make_guide(method, model, (D,), cfg["particles"], cfg["helper_hidden"])
+def logistic_problem(n=20_000, D=20, seed=0):
+    """A likelihood-heavy model for timing: Bayesian logistic regression, ``n × D``."""
+    kx, kw = jax.random.split(jax.random.PRNGKey(300 + seed))
+    X = jax.random.normal(kx, (n, D))
+    y = (X @ jax.random.normal(kw, (D,)) > 0).astype(jnp.float32)
+
+    def model(X, y):
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([D]).to_event(1))
+        numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+    return model, (X, y)
+
+
+def time_per_step(method, model, args, hidden, cfg, reps):
+    guide = make_guide(method, model, hidden, cfg["particles"], cfg["helper_hidden"])
     svi = SVI(model, guide, optimiser(1000, 1e-2, 3e-3), Trace_ELBO())
-    state = svi.init(jax.random.PRNGKey(0))
+    state = svi.init(jax.random.PRNGKey(0), *args)
     update = jax.jit(svi.update)
-    state, loss = update(state)
+    state, loss = update(state, *args)
     jax.block_until_ready(loss)
     t0 = time.perf_counter()
     for _ in range(reps):
-        state, loss = update(state)
+        state, loss = update(state, *args)
     jax.block_until_ready(loss)
     return (time.perf_counter() - t0) / reps
 
@@ -255,13 +267,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one seed, short runs")
     args = parser.parse_args()
+    # full mode: 3 seeds and the reference helper width, with step counts that fit 2 CPU
+    # cores (the paper trains far longer, e.g. 200,000 steps on the potentials)
     cfg = dict(
         seeds=1 if args.quick else 3,
-        steps=1000 if args.quick else 5000,
-        potential_steps=1500 if args.quick else 10000,
-        particles=32 if args.quick else 64,
+        steps=1000 if args.quick else 2000,
+        potential_steps=1500 if args.quick else 3000,
+        particles=32,
         helper_hidden=64 if args.quick else 100,
-        timing_reps=100 if args.quick else 500,
+        timing_reps=100 if args.quick else 200,
     )
     suffix = "_quick" if args.quick else ""
     os.makedirs(RESULTS, exist_ok=True)
@@ -278,13 +292,15 @@ def main():
             blr[m].append(r)
             print(f"BLR seed {seed} {m}: mean err {r[0]:.4f} cov err {r[1]:.3f} ({r[2]:.1f}s)")
 
-    t_helper = time_per_step("GPVI (helper)", 5, cfg, cfg["timing_reps"])
-    t_exact = time_per_step("GPVI (exact)", 5, cfg, cfg["timing_reps"])
-    t_asvgd = time_per_step("amortized SVGD", 5, cfg, cfg["timing_reps"])
-    print(
-        f"ms/step (5-D): helper {1e3 * t_helper:.2f}, exact {1e3 * t_exact:.2f}, "
-        f"amortized SVGD {1e3 * t_asvgd:.2f}"
-    )
+    timing_tasks = {
+        "5-D Gaussian (no data)": (density_model(target_cov(5, 0)), (), (5,)),
+        "logistic regression, 20,000 × 20": (*logistic_problem(), (20,)),
+    }
+    times = {}
+    for task, (model, data, hidden) in timing_tasks.items():
+        for m in ("GPVI (helper)", "GPVI (exact)", "amortized SVGD"):
+            times[task, m] = time_per_step(m, model, data, hidden, cfg, cfg["timing_reps"])
+        print(task, {m: f"{1e3 * t:.2f} ms" for (k, m), t in times.items() if k == task})
 
     png = os.path.join(RESULTS, f"gpvi_potentials{suffix}.png")
     run_potentials(cfg, png)
@@ -308,11 +324,16 @@ def main():
             *rows,
         ]
     )
-    timing = (
-        f"| GPVI (helper) | {1e3 * t_helper:.2f} | {t_helper / t_asvgd:.2f}× |\n"
-        f"| GPVI (exact) | {1e3 * t_exact:.2f} | {t_exact / t_asvgd:.2f}× |\n"
-        f"| amortized SVGD | {1e3 * t_asvgd:.2f} | 1.00× |"
+    timing = "\n".join(
+        f"| {task} | "
+        + " | ".join(
+            f"{1e3 * times[task, m]:.2f} ({times[task, m] / times[task, 'amortized SVGD']:.2f}×)"
+            for m in ("GPVI (helper)", "GPVI (exact)", "amortized SVGD")
+        )
+        + " |"
+        for task in timing_tasks
     )
+    ratio = {t: times[t, "GPVI (helper)"] / times[t, "amortized SVGD"] for t in timing_tasks}
     h5 = np.mean([r[0] for r in dens[5]["GPVI (helper)"]])
     a5 = np.mean([r[0] for r in dens[5]["amortized SVGD"]])
     targets = [
@@ -326,10 +347,9 @@ def main():
             np.mean([r[1] for r in blr["GPVI (helper)"]]) <= 0.128,
         ),
         ("GPVI (helper) ahead of amortized SVGD on 5-D", h5 < a5),
-        (
-            "training time GPVI / amortized SVGD within paper's 1.28–1.78×",
-            1.28 <= t_helper / t_asvgd <= 1.78,
-        ),
+    ] + [
+        (f"training time GPVI (helper) / amortized SVGD ≤ 1.78× ({task})", r <= 1.78)
+        for task, r in ratio.items()
     ]
     target_lines = "\n".join(f"- [{'x' if ok else ' '}] {name}" for name, ok in targets)
     machine = machine_line()
@@ -348,11 +368,13 @@ Errors: relative Frobenius norms (mean ± std over seeds).
 
 {table}
 
-Time per SVI step on the 5-D density task ({cfg["timing_reps"]} jitted steps after
-compilation, same run; paper: GPVI costs 1.28–1.78× amortized SVGD):
+Time per SVI step, ms (ratio to amortized SVGD), {cfg["timing_reps"]} jitted steps after
+compilation, same run. The paper's 1.28–1.78× is for neural-network models whose likelihood
+dominates the step; the helper's own cost (``N·N′`` pair evaluations) is fixed, so the ratio
+is large on a free Gaussian and falls as the likelihood gets heavier:
 
-| method | ms / step | relative to amortized SVGD |
-|---|---|---|
+| task | GPVI (helper) | GPVI (exact) | amortized SVGD |
+|---|---|---|---|
 {timing}
 
 Targets:
