@@ -18,6 +18,7 @@ the last 10% of steps (batches of B particle systems).
 """
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -36,6 +37,7 @@ from benchmarks._common import machine_line, time_steps  # noqa: E402
 from numpyro_dais import AutoDSMCS  # noqa: E402
 
 D, C = 50, 8
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 FROZEN = ("auto_z_0_loc", "auto_z_0_scale")
 
 # Langevin, δ̂ = 1: the paper's Table 2, (K, N) -> {column: ELBO}; Bern-GST with τ = 0.1
@@ -152,6 +154,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="reduced grid and budget (minutes)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", type=int, help="override the number of training steps")
+    ap.add_argument(
+        "--resume", action="store_true", help="skip runs already in the .runs.json cache"
+    )
     args = ap.parse_args()
     if args.quick:
         cfg = argparse.Namespace(steps=100, batch=4, lr=0.05, ess_systems=32)
@@ -169,22 +175,64 @@ def main():
         extra_variants, extra_rows = ["ess(0.5)", "bern-gst"], list(HEADLINE_CELLS)
         ess_variants = list(VARIANTS)
         hmc_rows = {(32, 64): ["never", "bernoulli"]}
+    if args.steps:
+        cfg.steps = args.steps
     model = make_model(args.seed)
     runs = [("langevin", K, N, v) for (K, N) in lang_rows for v in lang_variants]
     runs += [("langevin", K, N, v) for (K, N) in extra_rows for v in extra_variants]
     runs += [("langevin", 32, 64, v) for v in ess_variants if (32, 64) not in lang_rows]
     runs += [("hmc", K, N, v) for (K, N), vs in hmc_rows.items() for v in vs]
-    results = {}
+    # headline cells first, then the ESS/overhead cell (K = 32, N = 64) and HMC, then the
+    # rest of the grid: the results file is rewritten after every run
+    first = {(K, N) for K, N in HEADLINE_CELLS} | {(32, 64)}
+    runs.sort(key=lambda r: (r[0] == "langevin" and (r[1], r[2]) not in first,))
+    name = "dsmcs_static_target" + ("_quick" if args.quick else "")
+    os.makedirs(RESULTS, exist_ok=True)
+    cache_path = os.path.join(RESULTS, name + ".runs.json")
+    cached = {}
+    if args.resume and os.path.exists(cache_path):
+        with open(cache_path) as f:
+            cached = {tuple(json.loads(k)): v for k, v in json.load(f).items()}
+    results = dict(cached)
     t_start = time.perf_counter()
-    for kernel, K, N, v in runs:
+    for run in runs:
+        if run in results:
+            continue
+        kernel, K, N, v = run
         r = train(model, kernel, K, N, v, cfg, args.seed)
-        results[kernel, K, N, v] = r
+        if (kernel, K, N) == ("langevin", 32, 64):
+            d = r["guide"].diagnostics(
+                jax.random.PRNGKey(123), r["params"], num_systems=cfg.ess_systems
+            )
+            r["ess_trace"] = np.asarray(d.ess).mean(0).tolist()
+            r["resampled_fraction"] = float(np.asarray(d.resampled)[:, 1:].mean())
+        results[run] = r
         print(
             f"{kernel:8s} K={K:2d} N={N:2d} {v:10s} ELBO {r['elbo']:8.2f} ± {r['elbo_se']:.2f}"
             f"  setup {r['setup_s']:.0f}s  step {1e3 * r['step_s']:.0f} ms",
             flush=True,
         )
+        keep = ("elbo", "elbo_se", "setup_s", "step_s", "ess_trace", "resampled_fraction")
+        with open(cache_path, "w") as f:
+            json.dump(
+                {json.dumps(k): {s: x[s] for s in keep if s in x} for k, x in results.items()},
+                f,
+                indent=1,
+            )
+        done = sum(r in results for r in runs)
+        write_report(results, cfg, args, t_start, name, f"{done} of {len(runs)} runs", len(cached))
 
+    # step-time overhead of resampling: the K = 32, N = 64 SVI steps trained in this process,
+    # timed one after the other at the end
+    timed = {v: results.get(("langevin", 32, 64, v), {}) for v in VARIANTS}
+    timed = {v: r for v, r in timed.items() if "update" in r}
+    if "never" in timed:
+        timings = {v: step_time(r["update"], r["state"]) for v, r in timed.items()}
+        write_report(results, cfg, args, t_start, name, "complete", len(cached), timings)
+
+
+def write_report(results, cfg, args, t_start, name, progress, num_cached, timings=None):
+    """Write the results file from ``results`` (and ``timings``: variant -> s / step)."""
     lines = [
         "# DSMCS static target (Zenn & Bamler 2023, App. C)",
         "",
@@ -192,8 +240,9 @@ def main():
         f"Machine: {machine_line()}.  ",
         f"Budget: {cfg.steps} Adam steps (lr {cfg.lr}, ×0.75 every {max(1, cfg.steps // 20)} "
         f"steps, 8 times), batches of {cfg.batch} particle systems; q0 = N(0, 9I) frozen. "
-        f"Paper: 5,000 steps, batches of 64, lr searched, 3 seeds. Wall time "
-        f"{(time.perf_counter() - t_start) / 60:.1f} min.",
+        f"Paper: 5,000 steps, batches of 64, lr searched, 3 seeds. Progress: {progress}"
+        + (f" ({num_cached} read from an earlier run's cache)" if num_cached else "")
+        + f"; wall time of this process {(time.perf_counter() - t_start) / 60:.1f} min.",
         "",
         "ELBO = minus the mean training loss over the last 10% of steps ± its standard error "
         "(higher is better, 0 is exact). Paper figures in brackets.",
@@ -267,24 +316,18 @@ def main():
     ]
     for v in VARIANTS:
         r = results.get(("langevin", 32, 64, v))
-        if r is None:
+        if r is None or "ess_trace" not in r:
             continue
-        d = r["guide"].diagnostics(
-            jax.random.PRNGKey(123), r["params"], num_systems=cfg.ess_systems
-        )
-        ess = np.asarray(d.ess).mean(0)
-        frac = float(np.asarray(d.resampled)[:, 1:].mean())
+        ess = np.asarray(r["ess_trace"])
         lines.append(
             f"| {v} | "
             + " | ".join(f"{ess[k - 1]:.1f}" for k in ks)
-            + f" | {ess.mean():.1f} | {frac:.2f} |"
+            + f" | {ess.mean():.1f} | {r['resampled_fraction']:.2f} |"
         )
     lines.append("")
 
-    # step-time overhead of resampling, interleaved timing of the compiled SVI steps
-    base = results.get(("langevin", 32, 64, "never"))
-    if base is not None:
-        t_base = step_time(base["update"], base["state"])
+    if timings:
+        t_base = timings["never"]
         lines += [
             "**Step-time overhead of resampling** (Langevin, K = 32, N = 64, batch "
             f"{cfg.batch}; compiled SVI step, best of 5 blocks of 5 steps, same "
@@ -292,21 +335,14 @@ def main():
             "",
             "| variant | ms / step | ratio to DAIS |",
             "|---|---|---|",
-            f"| never (DAIS) | {1e3 * t_base:.1f} | 1.00 |",
         ]
-        for v in VARIANTS:
-            r = results.get(("langevin", 32, 64, v))
-            if r is None or v == "never":
-                continue
-            t = step_time(r["update"], r["state"])
-            lines.append(f"| {v} | {1e3 * t:.1f} | {t / t_base:.2f} |")
+        for v, t in timings.items():
+            label = "never (DAIS)" if v == "never" else v
+            lines.append(f"| {label} | {1e3 * t:.1f} | {t / t_base:.2f} |")
         lines.append("")
 
     text = "\n".join(lines)
-    print("\n" + text)
-    name = "dsmcs_static_target" + ("_quick" if args.quick else "") + ".md"
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", name)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    path = os.path.join(RESULTS, name + ".md")
     with open(path, "w") as f:
         f.write(text)
     print(f"written to {path}")
