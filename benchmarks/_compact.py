@@ -32,12 +32,25 @@ def mae(est, truth):
 
 
 def fit_compact_methods(
-    model, args, site, init, init_scale, cfg, keys, *, K, num_particles, lr, dais_batch_size
+    model,
+    args,
+    site,
+    init,
+    init_scale,
+    cfg,
+    keys,
+    *,
+    K,
+    num_particles,
+    lr,
+    dais_batch_size,
+    dais_kwargs=None,
 ):
     """IWVI, IWVI with SIR, DAIS₀, DAIS end points and MSC₈c on one model with one latent
     ``site`` of dimension ``d``; ``keys = (iwvi, sir, dais, dais_draws, msc)``.
 
-    Returns ``{method: (means (S, d), stds (S, d))}`` over ``cfg["seeds"]`` seeds.
+    ``dais_kwargs`` go to ``AutoDAIS`` (e.g. step-size bounds). Returns
+    ``{method: (means (S, d), stds (S, d))}`` over ``cfg["seeds"]`` seeds.
     """
     seeds, out = cfg["seeds"], {}
     k_iwvi, k_sir, k_dais, k_draws, k_msc = keys
@@ -55,7 +68,12 @@ def fit_compact_methods(
     out["IWVI_SIR"] = tuple(np.stack(x) for x in zip(*sir, strict=True))
 
     dais = AutoDAIS(
-        model, K=K, num_particles=num_particles, init_scale=init_scale, init_loc_fn=init
+        model,
+        K=K,
+        num_particles=num_particles,
+        init_scale=init_scale,
+        init_loc_fn=init,
+        **(dais_kwargs or {}),
     )
     svi = SVI(model, dais, optax.adam(lr), Trace_ELBO())
     params, _ = fit_svi(svi, args, jax.random.split(k_dais, seeds), cfg["steps"])
