@@ -7,9 +7,11 @@ For a generator ``x = f_θ(ε)``, ``N`` update particles ``ε_i`` and ``N′`` f
 
 with an RBF kernel on noise space. It is pulled back to θ by minimising
 ``(1/N) Σ_i ⟨stop_gradient(g_i), f_θ(ε_i)⟩``. ``J^{-T} v`` is solved exactly or predicted
-by a helper network trained on ``mean ‖J_fᵀ h_η − v‖²``. The helper is residual,
-``h_η(ε, v) = v / λ + MLP_η(ε_{1:k}, v)`` (exact when ``g_θ`` is flat), where the reference
-code predicts ``J^{-T} v`` from scratch: it starts right and only learns the correction.
+by a helper network trained on ``mean ‖J_fᵀ h_η − v‖²``. The helper is residual and
+positively homogeneous in ``v``, ``h_η(ε, v) = v / λ + ‖v‖ · MLP_η(ε_{1:k}, v / ‖v‖)``, where
+the reference code predicts ``J^{-T} v`` from scratch: it starts from the answer that is
+exact for a flat ``g_θ``, learns only the correction, and sees unit-scale inputs however
+small the kernel gradients ``v`` get in high dimension.
 Amortized SVGD (Wang & Liu, 2016) is the same formula with the kernel on outputs and
 ``J ≡ I``.
 
@@ -117,8 +119,11 @@ def gpvi_direction(
         num_fallback = jnp.sum(~ok)
     elif jacobian == "helper":
         k = helper_layers[0][0].shape[0]
-        # residual form: the network predicts the correction to v / λ (exact for a flat g_θ)
-        W = fallback + networks.helper_apply(helper_layers, eps_prime[:, None, :k], V)
+        # J^{-T} v is linear in v: the network sees v / ‖v‖ and predicts the correction to
+        # v / λ (exact for a flat g_θ), scaled back by ‖v‖ (positively homogeneous in v)
+        norm = jnp.linalg.norm(V, axis=-1, keepdims=True)
+        unit = V / jnp.maximum(norm, jnp.finfo(V.dtype).tiny)
+        W = fallback + norm * networks.helper_apply(helper_layers, eps_prime[:, None, :k], unit)
         loss = helper_loss(f, eps_prime, V, W)
         rel = jax.lax.stop_gradient(loss) / jnp.maximum(
             jnp.mean(jnp.sum(V * V, axis=-1)), jnp.finfo(V.dtype).tiny
