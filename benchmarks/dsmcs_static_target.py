@@ -251,6 +251,8 @@ def write_report(results, cfg, args, t_start, name, progress, num_cached, timing
 
     def table(kernel, rows):
         variants = [v for v in VARIANTS if any((kernel, K, N, v) in results for K, N in rows)]
+        if not variants:
+            return []
         out = [
             f"**{kernel}**",
             "",
