@@ -74,6 +74,19 @@ def jacobian_transpose_product(f: Callable, eps_prime: jax.Array, W: jax.Array) 
     return jax.vmap(one)(eps_prime, W)
 
 
+def helper_predict(helper_layers: list, eps_prime: jax.Array, V: jax.Array, lam) -> jax.Array:
+    """The helper's estimate of ``J_f(ε′_j)^{-T} V_ji``: ``(N′, N, D)``.
+
+    ``J^{-T} v`` is linear in ``v``, so the network sees ``v / ‖v‖`` and predicts the
+    correction to ``v / λ`` (exact for a flat ``g_θ``), scaled back by ``‖v‖``: the estimate
+    is positively homogeneous in ``v`` and equals ``v / λ`` when the network outputs 0.
+    """
+    k = helper_layers[0][0].shape[0]
+    norm = jnp.linalg.norm(V, axis=-1, keepdims=True)
+    unit = V / jnp.maximum(norm, jnp.finfo(V.dtype).tiny)
+    return V / lam + norm * networks.helper_apply(helper_layers, eps_prime[:, None, :k], unit)
+
+
 def helper_loss(f: Callable, eps_prime: jax.Array, V: jax.Array, W: jax.Array) -> jax.Array:
     """``mean_{j,i} ‖J_f(ε′_j)ᵀ W_ji − V_ji‖²`` with ``W = h_η(ε′_j, V_ji)`` (eq. 10)."""
     r = jacobian_transpose_product(f, eps_prime, W) - V
@@ -118,12 +131,7 @@ def gpvi_direction(
         loss, rel = zero, zero
         num_fallback = jnp.sum(~ok)
     elif jacobian == "helper":
-        k = helper_layers[0][0].shape[0]
-        # J^{-T} v is linear in v: the network sees v / ‖v‖ and predicts the correction to
-        # v / λ (exact for a flat g_θ), scaled back by ‖v‖ (positively homogeneous in v)
-        norm = jnp.linalg.norm(V, axis=-1, keepdims=True)
-        unit = V / jnp.maximum(norm, jnp.finfo(V.dtype).tiny)
-        W = fallback + norm * networks.helper_apply(helper_layers, eps_prime[:, None, :k], unit)
+        W = helper_predict(helper_layers, eps_prime, V, lam)
         loss = helper_loss(f, eps_prime, V, W)
         rel = jax.lax.stop_gradient(loss) / jnp.maximum(
             jnp.mean(jnp.sum(V * V, axis=-1)), jnp.finfo(V.dtype).tiny

@@ -70,7 +70,7 @@ def test_helper_converges_to_the_exact_solve():
 
     def loss(h, key):
         eps_prime, V = _pairs(key)
-        return gpvi.helper_loss(f, eps_prime, V, networks.helper_apply(h, eps_prime[:, None], V))
+        return gpvi.helper_loss(f, eps_prime, V, gpvi.helper_predict(h, eps_prime, V, 1.0))
 
     @jax.jit
     def step(carry, key):
@@ -88,12 +88,26 @@ def test_helper_converges_to_the_exact_solve():
     assert sv.min() > 0.3  # precondition: a well-posed solve
     rel = lambda W: float(jnp.linalg.norm(W - exact) / jnp.linalg.norm(exact))
     baseline = rel(V)  # J ≈ I: what amortized SVGD implicitly assumes
-    learned = rel(networks.helper_apply(helper, eps_prime[:, None], V))
+    learned = rel(gpvi.helper_predict(helper, eps_prime, V, 1.0))
     # Held-out pairs. 1000 Adam steps of a 2-layer ReLU helper reach ≈ 0.1 relative error
     # (its piecewise-linear fit of a map linear in v); 0.2 leaves room for seeds/platforms.
     assert baseline > 0.4
     assert learned < 0.2
     assert float(losses[-100:].mean()) < 0.1 * float(losses[:10].mean())
+
+
+def test_helper_prediction_is_homogeneous_and_starts_at_v_over_lambda():
+    # J^{-T} v is linear in v: the estimate scales with v exactly (up to float32 rounding),
+    # however small v is, and with a zero output layer it is the flat-generator answer v / λ.
+    helper = networks.helper_init(jax.random.PRNGKey(2), D, D, hidden=16, num_layers=2)
+    eps_prime, V = _pairs(jax.random.PRNGKey(5))
+    W = gpvi.helper_predict(helper, eps_prime, V, 2.0)
+    for c in (1e-6, 3.0):
+        np.testing.assert_allclose(
+            gpvi.helper_predict(helper, eps_prime, c * V, 2.0), c * W, rtol=1e-4, atol=1e-6 * c
+        )
+    zero_out = helper[:-1] + [jax.tree.map(jnp.zeros_like, helper[-1])]
+    np.testing.assert_allclose(gpvi.helper_predict(zero_out, eps_prime, V, 2.0), V / 2.0)
 
 
 def test_amortized_svgd_equals_gpvi_for_a_translation_generator():
