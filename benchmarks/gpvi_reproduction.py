@@ -30,7 +30,7 @@ from numpyro.infer import SVI, Trace_ELBO, init_to_median
 from numpyro.infer.autoguide import AutoNormal
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks._common import machine_line  # noqa: E402
+from benchmarks._common import machine_line, time_steps  # noqa: E402
 from numpyro_dais import AutoGPVI  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -164,15 +164,9 @@ def logistic_problem(n=20_000, D=20, seed=0):
 def time_per_step(method, model, args, hidden, cfg, reps):
     guide = make_guide(method, model, hidden, cfg["particles"], cfg["helper_hidden"])
     svi = SVI(model, guide, optimiser(1000, 1e-2, 3e-3), Trace_ELBO())
-    state = svi.init(jax.random.PRNGKey(0), *args)
     update = jax.jit(svi.update)
-    state, loss = update(state, *args)
-    jax.block_until_ready(loss)
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        state, loss = update(state, *args)
-    jax.block_until_ready(loss)
-    return (time.perf_counter() - t0) / reps
+    state = svi.init(jax.random.PRNGKey(0), *args)
+    return time_steps(lambda s: update(s, *args), state, repeats=1, steps=reps)
 
 
 # -- Rezende & Mohamed potentials ------------------------------------------------------------------
