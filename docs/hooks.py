@@ -169,9 +169,16 @@ def _results_index():
     return "\n".join(lines) + "\n"
 
 
+def _owner(figure):
+    """The results file a figure belongs to: the longest results stem that prefixes its name
+    (so ``x_quick_fig.png`` goes with ``x_quick.md``, not with ``x.md``)."""
+    stems = [p.stem for p in _result_pages() if figure.stem.startswith(p.stem)]
+    return max(stems, key=len, default=None)
+
+
 def _result_page(path):
     text = path.read_text(encoding="utf-8").rstrip() + "\n"
-    figures = sorted(RESULTS.glob(f"{path.stem}*.png"))
+    figures = [f for f in sorted(RESULTS.glob("*.png")) if _owner(f) == path.stem]
     if figures:
         text += "\n## Figures\n\n"
         for fig in figures:
