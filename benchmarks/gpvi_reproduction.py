@@ -12,7 +12,8 @@ numpyro's ``AutoNormal``. Errors are relative Frobenius norms ``‖Ĉ − C‖_F
 copy; the reference code normalises by the true quantity's norm).
 
 Usage: ``python benchmarks/gpvi_reproduction.py [--quick]``; writes
-``benchmarks/results/gpvi_reproduction{_quick}.md`` and ``gpvi_potentials{_quick}.png``.
+``benchmarks/results/gpvi_reproduction{_quick}.md`` and
+``gpvi_reproduction{_quick}_potentials.png``.
 """
 
 import argparse
@@ -296,7 +297,7 @@ def main():
             times[task, m] = time_per_step(m, model, data, hidden, cfg, cfg["timing_reps"])
         print(task, {m: f"{1e3 * t:.2f} ms" for (k, m), t in times.items() if k == task})
 
-    png = os.path.join(RESULTS, f"gpvi_potentials{suffix}.png")
+    png = os.path.join(RESULTS, f"gpvi_reproduction{suffix}_potentials.png")
     run_potentials(cfg, png)
     total = time.perf_counter() - t_start
 

@@ -61,3 +61,19 @@ def test_docs_build_strict(tmp_path):
     # and every notebook
     for nb in (ROOT / "examples").glob("*.ipynb"):
         assert (site / "examples" / nb.stem / "index.html").exists(), nb.name
+
+
+def test_result_pages_show_only_their_own_figures():
+    """A figure belongs to the results file whose name is its longest prefix, so a full-mode
+    page does not also show its quick run's (or a renamed variant's) figures."""
+    hooks = _load_hooks()
+    pages = {p.stem for p in hooks._result_pages()}
+    for fig in hooks.RESULTS.glob("*.png"):
+        owner = hooks._owner(fig)
+        assert owner in pages, fig.name
+        longer = [s for s in pages if fig.stem.startswith(s) and len(s) > len(owner)]
+        assert not longer, fig.name
+    if {"dais0_gp_regression", "dais0_gp_regression_quick"} <= pages:
+        page = hooks._result_page(hooks.RESULTS / "dais0_gp_regression.md")
+        assert "dais0_gp_regression_fig5.png" in page
+        assert "_quick_fig5.png" not in page and "_jitter1e-06_fig5.png" not in page
