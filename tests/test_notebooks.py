@@ -57,8 +57,6 @@ def test_notebook_executes(path):
         "MPLBACKEND": "Agg",
         # the kernel imports the same numpyro_dais as this test (checked above)
         "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])),
-        # small runs are dominated by XLA compilation; cheaper compiles, slower code
-        "XLA_FLAGS": os.environ.get("XLA_FLAGS", "--xla_backend_optimization_level=0"),
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the kernel inherits the test process's environment
