@@ -73,13 +73,14 @@ def main():
     log_Z = -RenyiELBO(alpha=0, num_particles=4000).loss(key, result.params, model, normal, X, y)
     rows.append(("AutoNormal (VI)", -result.losses[-200:].mean(), log_Z, draws, seconds))
 
-    dais = AutoDAIS(model, K=8, num_particles=8, init_scale=0.1)
+    dais = AutoDAIS(model, K=8, num_particles=8)
     result, seconds = fit(dais, X, y, args.steps, 0.01)
     estimate = dais.log_evidence(key, result.params, X, y, num_particles=4000)
     q0 = dais.sample_posterior(key, result.params, sample_shape=(4000,))  # DAIS₀: q0 draws
     end_points = dais.sample_posterior(
         key, result.params, X, y, sample_shape=(4000,), method="importance"
     )
+    check = dais.transport_check(key, result.params, X, y, warn=False)
     bound = -result.losses[-200:].mean()
     rows.append(("AutoDAIS, q0 (DAIS₀)", bound, estimate.log_Z, q0, seconds))
     rows.append(("AutoDAIS, resampled z_K", bound, estimate.log_Z, end_points, seconds))
@@ -99,6 +100,7 @@ def main():
             f"{float(jnp.mean(jnp.abs(mean - ref_mean))):>10.4f}"
             f"{float(jnp.mean(jnp.abs(std - ref_std))):>10.4f}{seconds:>9.1f}s"
         )
+    print(f"\ntransport check: {check.message}")
     print("\nbound: the training objective (ELBO for AutoNormal, 8-particle DAIS bound, K = 8);")
     print("log p(y) est.: importance-weighted (AutoNormal, 4000 draws) / AIS (AutoDAIS, 4000")
     print("particles). MAE of posterior mean and std against NUTS, over all 9 coefficients.\n")

@@ -1,6 +1,6 @@
 """MCMC-augmented variational inference for NumPyro: DAIS, SL-DAIS, DSMCS and GPVI guides."""
 
-from numpyro_dais.autodais import AutoDAIS, LogEvidence
+from numpyro_dais.autodais import AutoDAIS, LogEvidence, TransportReport
 from numpyro_dais.autodsmcs import AutoDSMCS, SMCDiagnostics
 from numpyro_dais.autogpvi import AutoGPVI
 from numpyro_dais.autosldais import AutoSurrogateLikelihoodDAIS
@@ -14,5 +14,6 @@ __all__ = [
     "AutoSurrogateLikelihoodDAIS",
     "LogEvidence",
     "SMCDiagnostics",
+    "TransportReport",
     "__version__",
 ]

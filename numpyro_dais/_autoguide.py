@@ -88,16 +88,18 @@ def jit_by_leaves(fn):
     return wrapped
 
 
-def _warn_nonfinite(guide_name, num_nonfinite, num_particles):
+def _warn_nonfinite(guide_name, step_info, num_nonfinite, num_particles):
     n, total = int(num_nonfinite), int(num_particles)
     msg = (
-        f"{guide_name}: {n} of {total} particle trajectories diverged (non-finite weight) "
-        "and were dropped from the bound; their gradients were zeroed."
+        f"{guide_name}: {n} of {total} particle trajectories diverged (non-finite weight, or "
+        "an energy error far beyond a stable integrator's) and were dropped from the bound; "
+        "their gradients were zeroed."
     )
     if n >= total:
+        msg += " All particles diverged: the loss is not finite. " + (step_info or "")
         msg += (
-            " All particles diverged: the loss is not finite. Lower `eta_max` / `eta_init` "
-            "or `init_scale`, or run SVI with `stable_update=True`."
+            " If training ran well before this, the learning rate may have thrown the "
+            "parameters off: lower it, or run SVI with `stable_update=True`."
         )
     warnings.warn(msg, RuntimeWarning, stacklevel=2)
 
@@ -134,14 +136,37 @@ def warn_from_jit(warn_fn, counts, total, values=()):
     report(args)
 
 
-def report_nonfinite(guide_name, num_nonfinite, num_particles):
-    """Warn from inside jitted code when trajectories diverged."""
-    warn_from_jit(functools.partial(_warn_nonfinite, guide_name), (num_nonfinite,), num_particles)
+def report_nonfinite(guide_name, num_nonfinite, num_particles, step_info=""):
+    """Warn from inside jitted code when trajectories diverged; ``step_info`` says what the
+    step sizes are and how to fix them (the guide knows, the engine does not)."""
+    warn_from_jit(
+        functools.partial(_warn_nonfinite, guide_name, step_info), (num_nonfinite,), num_particles
+    )
 
 
 def check_positive_int(name, value, minimum=1):
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+
+
+def check_step_sizes(eta_init, eta_max):
+    """``eta_init`` and ``eta_max``: each ``None`` (set from the curvature) or a finite
+    positive number, with ``eta_init < eta_max`` when both are given."""
+    for name, value in (("eta_init", eta_init), ("eta_max", eta_max)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+            raise TypeError(f"`{name}` must be a number or None, got {type(value).__name__}.")
+        if not (np.isfinite(value) and value > 0):
+            raise ValueError(
+                f"`{name}` must be a finite positive number, got {value!r}; leave it None to "
+                "set it from the posterior's curvature."
+            )
+    if eta_init is not None and eta_max is not None and not eta_init < eta_max:
+        raise ValueError(
+            f"`eta_init` must lie in (0, eta_max) = (0, {eta_max}), got {eta_init!r}; "
+            "raise `eta_max` or lower `eta_init`."
+        )
 
 
 def check_choice(name, value, choices):

@@ -9,10 +9,12 @@ References:
 """
 
 import math
+import warnings
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
@@ -24,12 +26,13 @@ from numpyro_dais._autoguide import (
     ContinuousGuide,
     check_choice,
     check_positive_int,
+    check_step_sizes,
     emit_log_weight,
     jit_by_leaves,
     map_batched,
     report_nonfinite,
 )
-from numpyro_dais.engine import dais, gaussian, weights
+from numpyro_dais.engine import curvature, dais, dais0, gaussian, weights
 from numpyro_dais.engine.annealing import betas_from_increments
 from numpyro_dais.engine.transitions import KERNELS, Potential
 
@@ -43,6 +46,21 @@ class LogEvidence(NamedTuple):
     """``()`` AIS estimate of ``log Z = log p(x)`` (log-mean-exp of the weights)."""
     ess: jax.Array
     """``()`` effective sample size of those weights, in ``[1, num_particles]``."""
+
+
+class TransportReport(NamedTuple):
+    """Result of :meth:`AutoDAIS.transport_check`: ``q0`` against the annealed end points."""
+
+    ok: bool
+    """``True`` when every coordinate is within both tolerances."""
+    mean_shift: dict
+    """``{site: array}`` ``(mean_q0 − mean_end) / std_end``, in the unconstrained space."""
+    std_ratio: dict
+    """``{site: array}`` ``std_q0 / std_end``, in the unconstrained space."""
+    worst: str
+    """The coordinate (e.g. ``"w[0]"``) with the largest standardised mean shift."""
+    message: str
+    """A one-paragraph verdict, with the fix when ``ok`` is ``False``."""
 
 
 def _zero(z):
@@ -71,8 +89,12 @@ class AutoDAIS(ContinuousGuide):
     :param str kernel: ``"hmc"`` (leapfrog + partial momentum refresh) or ``"langevin"``
         (overdamped, unadjusted).
     :param str base_dist: ``"diagonal"`` or ``"cholesky"`` covariance of ``q0``.
-    :param float eta_init: initial step size, in ``(0, eta_max)``.
-    :param float eta_max: upper bound of the learnable step sizes.
+    :param float eta_init: initial step size, in ``(0, eta_max)``; default ``eta_max / 10``.
+    :param float eta_max: upper bound of the learnable step sizes. Default: set from the
+        curvature at the initial point, ``1 / sqrt(λ)`` for HMC and ``1 / λ`` for Langevin
+        (half the stability limit of the integrator), with ``λ`` the larger of ``|λ|_max``
+        of ``∇²ℓ`` (power iteration at set-up) and ``1 / init_scale²`` (the curvature of
+        ``q0``); :attr:`curvature` holds ``λ``.
     :param float gamma_init: initial damping of the momentum refresh, in ``(0, 1)``.
     :param float init_scale: initial standard deviation of ``q0``.
     :param str posterior_method: what ``sample_posterior`` and ``Predictive`` return by
@@ -94,13 +116,14 @@ class AutoDAIS(ContinuousGuide):
         num_particles=1,
         kernel="hmc",
         base_dist="diagonal",
-        eta_init=0.01,
-        eta_max=0.1,
+        eta_init=None,
+        eta_max=None,
         gamma_init=0.9,
         prefix="auto",
         init_loc_fn=init_to_uniform,
         init_scale=0.1,
         posterior_method="q0",
+        sym_kl_weight=None,
         report_divergences=True,
         forward_mode_differentiation=False,
     ):
@@ -109,25 +132,29 @@ class AutoDAIS(ContinuousGuide):
         check_choice("kernel", kernel, KERNELS)
         check_choice("base_dist", base_dist, ("diagonal", "cholesky"))
         check_choice("posterior_method", posterior_method, POSTERIOR_METHODS)
-        if not eta_max > 0:
-            raise ValueError(f"`eta_max` must be positive, got {eta_max!r}.")
-        if not 0 < eta_init < eta_max:
-            raise ValueError(
-                f"`eta_init` must lie in (0, eta_max) = (0, {eta_max}), got {eta_init!r}; "
-                "raise `eta_max` or lower `eta_init`."
-            )
+        check_step_sizes(eta_init, eta_max)
         if not 0 < gamma_init < 1:
             raise ValueError(f"`gamma_init` must lie in (0, 1), got {gamma_init!r}.")
         if not init_scale > 0:
             raise ValueError(f"`init_scale` must be positive, got {init_scale!r}.")
+        if sym_kl_weight is None:
+            sym_kl_weight = 1.0 if posterior_method == "q0" else 0.0
+        if not sym_kl_weight >= 0:
+            raise ValueError(
+                f"`sym_kl_weight` must be >= 0 (0: q0 trained on the bound alone), "
+                f"got {sym_kl_weight!r}."
+            )
         self.K = K
         self.num_particles = num_particles
         self.kernel = kernel
         self.base_dist = base_dist
         self.eta_init = eta_init
         self.eta_max = eta_max
+        self.curvature = None  # λ of the step-size default, measured at set-up
+        self._step_bounds = None  # (eta_init, eta_max) in use, resolved at set-up
         self.gamma_init = gamma_init
         self.posterior_method = posterior_method
+        self.sym_kl_weight = float(sym_kl_weight)
         self.report_divergences = report_divergences
         self._init_scale = init_scale
         super().__init__(
@@ -159,10 +186,12 @@ class AutoDAIS(ContinuousGuide):
         increments = numpyro.param(
             f"{p}_beta_increments", jnp.ones(K), constraint=constraints.positive
         )
+        # before set-up (params given from outside) the bounds do not matter: substituted
+        eta_init, eta_max = self._step_bounds or (0.01, 0.1)
         step_sizes = numpyro.param(
             f"{p}_step_size",
-            jnp.full(K, self.eta_init),
-            constraint=constraints.interval(0.0, self.eta_max),
+            jnp.full(K, eta_init),
+            constraint=constraints.interval(0.0, eta_max),
         )
         if self.kernel == "hmc":
             mass = numpyro.param(f"{p}_mass_matrix", jnp.ones(D), constraint=constraints.positive)
@@ -179,6 +208,49 @@ class AutoDAIS(ContinuousGuide):
     def _guide_params(self):
         return self._q0(), self._anneal_params()
 
+    def _step_info(self):
+        """What the step sizes are and how to fix them, for divergence warnings."""
+        eta_max = self._step_bounds[1]
+        power = "1 / sqrt(λ)" if self.kernel == "hmc" else "1 / λ"
+        if self.curvature is None:
+            return (
+                f"The step sizes are capped at eta_max = {eta_max:.3g} (given): lower "
+                "`eta_max` and `eta_init`, or leave both unset to derive them from the "
+                "posterior's curvature."
+            )
+        return (
+            f"The curvature measured at set-up, λ ≈ {self.curvature:.3g}, set eta_max = "
+            f"{power} = {eta_max:.3g}; the posterior is stiffer than at the initial point: "
+            "pass a smaller `eta_max` (and `eta_init`), or start nearer the posterior "
+            "(`init_loc_fn=init_to_median`)."
+        )
+
+    def _resolve_step_sizes(self, args, kwargs, model_params):
+        """Fix ``(eta_init, eta_max)`` at set-up, from the curvature where not given."""
+        if self._step_bounds is not None:
+            return
+        eta_init, eta_max = self.eta_init, self.eta_max
+        if eta_max is None:
+            q0 = gaussian.Gaussian(self._init_latent, jnp.full(self.latent_dim, self._init_scale))
+            key = jax.random.key(0)  # a fixed start: the set-up is deterministic
+            potential = self._potential(q0, args, kwargs, model_params, key)
+            lam = curvature.max_eigenvalue(key, potential.log_target, self._init_latent)
+            try:
+                lam = float(lam)
+            except jax.errors.ConcretizationTypeError:
+                lam = float("nan")  # set up under jit: fall back to the q0 curvature
+            if not np.isfinite(lam):
+                lam = 0.0
+            self.curvature = max(lam, 1.0 / self._init_scale**2)
+            eta_max = (
+                1.0 / math.sqrt(self.curvature) if self.kernel == "hmc" else 1.0 / self.curvature
+            )
+            if eta_init is not None and eta_init >= eta_max:
+                eta_max = 10.0 * eta_init
+        if eta_init is None:
+            eta_init = eta_max / 10.0
+        self._step_bounds = (float(eta_init), float(eta_max))
+
     def _guide_params_from(self, params):
         """The guide's parameters from an SVI ``params`` dict (NumPy arrays accepted)."""
         params = {k: jnp.asarray(v) for k, v in params.items()}
@@ -186,7 +258,7 @@ class AutoDAIS(ContinuousGuide):
 
     # -- the engine --------------------------------------------------------------------------
 
-    def _potential(self, q0, args, kwargs, model_params) -> Potential:
+    def _potential(self, q0, args, kwargs, model_params, rng_key=None) -> Potential:
         """The dynamics' path ends: ``q0`` and the current log joint."""
         return Potential(partial_log_prob(q0), self._log_joint(args, kwargs, model_params))
 
@@ -231,8 +303,9 @@ class AutoDAIS(ContinuousGuide):
     def _sample_latent(self, *args, **kwargs):
         kwargs.pop("sample_shape", None)
         rng_key = numpyro.prng_key()
-        q0, anneal = self._guide_params()
         model_params = self._model_params()
+        self._resolve_step_sizes(args, kwargs, model_params)
+        q0, anneal = self._guide_params()
         if numpyro.get_mask() is False:
             # Not inside a loss (e.g. ``Predictive``): draw as ``sample_posterior`` does.
             return self._draw(
@@ -242,14 +315,33 @@ class AutoDAIS(ContinuousGuide):
         key_run, key_pick = jax.random.split(rng_key)
         out = self._run_for_bound(key_run, q0, anneal, model_params, args, kwargs)
         if self.report_divergences:
-            report_nonfinite(type(self).__name__, out.num_nonfinite, self.num_particles)
+            report_nonfinite(
+                type(self).__name__, out.num_nonfinite, self.num_particles, self._step_info()
+            )
         bound = self._log_marginal(out)
+        objective = bound + self._sym_kl_term(q0, model_params, args, kwargs, out, key_pick)
         # Hand one particle to the model, picked by its weight (so the model's
         # deterministic sites see a posterior-like draw). The factor makes the ELBO equal
         # the bound exactly: ELBO = ℓ(z*) − (ℓ(z*) − bound).
         idx = jax.random.categorical(key_pick, jax.lax.stop_gradient(out.log_weights))
-        emit_log_weight(f"{self.prefix}_log_weight", out.log_final_target[idx] - bound)
+        emit_log_weight(f"{self.prefix}_log_weight", out.log_final_target[idx] - objective)
         return out.z[idx]
+
+    def _sym_kl_term(self, q0, model_params, args, kwargs, out, rng_key):
+        """``−(w / K) · J`` with value 0: only its gradient, in ``q0``'s parameters, counts.
+
+        ``J`` estimates ``KL(q0 ‖ p) + KL(p ‖ q0)`` (:func:`engine.dais0.symmetrized_kl`);
+        the model's parameters are held fixed in it, and the particles and weights are
+        stopped, so the transitions and the model see only the bound.
+        """
+        if not self.sym_kl_weight:
+            return 0.0
+        fixed = jax.lax.stop_gradient(model_params)
+        potential = self._potential(q0, args, kwargs, fixed, rng_key)
+        J = dais0.symmetrized_kl(
+            potential.log_q0, potential.log_target, out.z0, out.z, out.log_weights
+        )
+        return -(self.sym_kl_weight / self.K) * (J - jax.lax.stop_gradient(J))
 
     # -- posterior access ---------------------------------------------------------------------
 
@@ -339,6 +431,92 @@ class AutoDAIS(ContinuousGuide):
             keys,
         ).reshape(-1)[:num_particles]
         return LogEvidence(weights.log_mean_exp(log_w), weights.ess(log_w))
+
+    def transport_check(
+        self,
+        rng_key,
+        params,
+        *args,
+        num_samples=2000,
+        mean_tol=0.5,
+        std_ratio_tol=2.0,
+        batch_size=None,
+        warn=True,
+        **kwargs,
+    ) -> TransportReport:
+        """Check that ``q0`` (DAIS₀) agrees with the importance-resampled end points.
+
+        Learned transitions can *transport* a misplaced ``q0`` to the posterior: the bound
+        is then tight and the end points right, but ``q0`` draws are not. This draws
+        ``num_samples`` end points (``method="importance"``, so it needs the data) and
+        compares each unconstrained coordinate: the mean shift in end-point standard
+        deviations must stay below ``mean_tol`` and the std ratio within
+        ``[1 / std_ratio_tol, std_ratio_tol]`` (a diagonal ``q0`` fitted by the
+        symmetrised KL is narrower than the marginals of a correlated posterior: ratio
+        ``(1 − ρ²)^{1/4}`` for correlation ``ρ``). With ``warn=True`` a failed check also
+        raises a ``UserWarning`` carrying the fix.
+        """
+        check_positive_int("num_samples", num_samples, minimum=2)
+        q0, anneal = self._guide_params_from(params)
+        end = self._draw(
+            rng_key,
+            q0,
+            anneal,
+            self._model_params_from(params),
+            args,
+            kwargs,
+            "importance",
+            num_samples,
+            batch_size,
+        )
+        check = dais0.transport_check(q0, end)
+        shift, ratio = np.asarray(check.mean_shift), np.exp(np.asarray(check.log_std_ratio))
+        names = self._coordinate_names()
+        bad_mean = np.abs(shift) > mean_tol
+        bad_std = (ratio > std_ratio_tol) | (ratio < 1.0 / std_ratio_tol)
+        ok = not bool(np.any(bad_mean | bad_std))
+        i = int(np.argmax(np.abs(shift)))
+        j = int(np.argmax(np.abs(np.log(ratio))))
+        summary = (
+            f"largest mean shift {shift[i]:+.2f} end-point sds at {names[i]}, "
+            f"largest std ratio {ratio[j]:.2f} at {names[j]}"
+        )
+        if ok:
+            message = f"{type(self).__name__}: q0 agrees with the annealed end points ({summary})."
+        else:
+            fix = (
+                f"raise `sym_kl_weight` (now {self.sym_kl_weight:g}) or train longer"
+                if self.sym_kl_weight
+                else "train with `sym_kl_weight=1` (the default for posterior_method='q0')"
+            )
+            message = (
+                f"{type(self).__name__}: q0 disagrees with the annealed end points ("
+                f"{summary}; tolerances {mean_tol:g} sds and a ratio of {std_ratio_tol:g}). "
+                "The transitions carry particles to the posterior instead of refining q0, "
+                "so q0 draws (DAIS₀, median, quantiles) are not a faithful posterior. "
+                f"Fix: {fix}; or use sample_posterior(..., method='importance'), whose "
+                "draws are the end points checked here."
+            )
+            if np.any(bad_std) and not np.any(bad_mean) and self.base_dist == "diagonal":
+                message += (
+                    " Only the spread disagrees: for a strongly correlated posterior use "
+                    "base_dist='cholesky'."
+                )
+            if warn:
+                warnings.warn(message, UserWarning, stacklevel=2)
+        unpack = lambda x: {k: np.asarray(v) for k, v in self._unpack_latent(x).items()}
+        return TransportReport(ok, unpack(shift), unpack(ratio), names[i], message)
+
+    def _coordinate_names(self):
+        """Labels of the flat unconstrained coordinates, e.g. ``["b", "w[0]", "w[1]"]``."""
+        index = self._unpack_latent(jnp.arange(self.latent_dim))
+        names = [""] * self.latent_dim
+        for site, idx in index.items():
+            idx = np.asarray(idx)
+            for pos in np.ndindex(idx.shape):
+                label = site + ("[" + ",".join(map(str, pos)) + "]" if pos else "")
+                names[int(idx[pos])] = label
+        return names
 
     # -- q0 as an explicit posterior (DAIS₀) ---------------------------------------------------
 

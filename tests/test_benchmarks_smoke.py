@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ["dais0_bimodal", "dais0_gp_regression", "dais0_logistic"]
+SCRIPTS = ["dais0_bimodal", "dais0_gp_regression", "dais0_logistic", "dais0_quickstart"]
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

@@ -46,7 +46,7 @@ class DAISOutput(NamedTuple):
     deltas: jax.Array  # (K, N) Δ_k
     log_increments: jax.Array | None  # (K, N) log w̃_k if tracked, else None
     ess: jax.Array  # () effective sample size of the final weights
-    num_nonfinite: jax.Array  # () particles whose weight is NaN or ±inf (diverged)
+    num_nonfinite: jax.Array  # () diverged particles (non-finite weight or energy blow-up)
 
 
 def step_params(params: AnnealParams, k) -> StepParams:
@@ -144,8 +144,16 @@ def finalize(
         final = state.log_target  # already evaluated at z_K by the last step
     else:
         final = jax.vmap(log_final_target or potential.log_target)(state.z)
-    log_w = final - log_q0_z0 + jnp.sum(infos.delta, axis=0)
-    log_w, num_nonfinite = weights.mask_nonfinite(log_w)
+    deltas = jnp.sum(infos.delta, axis=0)
+    log_w = final - log_q0_z0 + deltas
+    # the energy check: ℓ(z_K) − ℓ(z_0) + Σ Δ_k on the dynamics' target (values only)
+    dyn_final = final if log_final_target is None else jax.vmap(potential.log_target)(state.z)
+    dyn_start = jax.vmap(potential.log_target)(z0)
+    bad = weights.diverged(
+        dyn_final - dyn_start + deltas, jnp.abs(dyn_start) + jnp.abs(log_q0_z0)
+    ) | ~jnp.isfinite(log_w)
+    log_w = jnp.where(bad, -jnp.inf, log_w)
+    num_nonfinite = jnp.sum(bad)
     return DAISOutput(
         z0=z0,
         z=state.z,

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
 from numpyro_dais.engine import dais, gaussian, resampling, weights
+from numpyro_dais.engine.annealing import log_gamma
 from numpyro_dais.engine.transitions import KERNELS, ParticleState, Potential
 
 #: folded into the run's key to derive the resampling key stream (disjoint from DAIS's)
@@ -139,10 +140,17 @@ def run(
                 gst_temperature,
                 gst_gap,
             )
-        state, info = dais.step(
-            move_key, state, dais.step_params(params, k), potential, kernel, True
+        step = dais.step_params(params, k)
+        new, info = dais.step(move_key, state, step, potential, kernel, True)
+        # energy error of the move at γ_k (the tracked values make it free)
+        energy = (
+            log_gamma(step.beta, new.log_q0, new.log_target)
+            - log_gamma(step.beta, state.log_q0, state.log_target)
+            + info.delta
         )
-        log_inc, num_bad = weights.mask_nonfinite(info.log_increment)
+        bad = weights.diverged(energy, jnp.abs(state.log_target) + jnp.abs(state.log_q0))
+        state = new
+        log_inc, num_bad = weights.mask_nonfinite(jnp.where(bad, jnp.nan, info.log_increment))
         s = logsumexp(log_W + log_inc)
         log_W = log_W + log_inc - s
         return (state, log_W, log_Z + s), (weights.ess(log_W), flag, ancestors, log_inc, num_bad)

@@ -36,6 +36,23 @@ def mask_nonfinite(log_w: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jnp.where(finite, log_w, -jnp.inf), jnp.sum(~finite)
 
 
+#: energy error (nats) beyond which a trajectory counts as diverged, NUTS's threshold
+MAX_ENERGY_ERROR = 1000.0
+
+
+def diverged(energy_change: jax.Array, energy_scale: jax.Array) -> jax.Array:
+    """Diverged trajectories: a non-finite energy change, or a loss of energy beyond
+    ``MAX_ENERGY_ERROR + 10 · |energy_scale|`` nats.
+
+    A stable leapfrog integrator loses ``O(η²)`` of the energy scale (``|energy_scale|``,
+    e.g. ``|ℓ(z_0)| + |log q0(z_0)|`` at the start); an unstable one loses it geometrically,
+    by orders of magnitude, while the log weights can stay finite in float32 (−1e18), so
+    that a finite-only check never fires and gradients of 1e19 overflow the optimiser.
+    """
+    limit = MAX_ENERGY_ERROR + 10.0 * jnp.abs(energy_scale)
+    return ~jnp.isfinite(energy_change) | (energy_change < -limit)
+
+
 @jax.custom_vjp
 def zero_nonfinite_grads(tree):
     """Identity whose backward pass replaces NaN/inf cotangents by 0, entry by entry.
