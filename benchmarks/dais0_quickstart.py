@@ -35,8 +35,8 @@ NAME = "dais0_quickstart"
 MODULE = f"benchmarks.{NAME}"
 K, N, LR = 8, 8, 1e-2
 SETTINGS = {
-    "full": dict(seeds=5, steps=3000, nuts=(1000, 10_000), draws=4000),
-    "quick": dict(seeds=3, steps=3000, nuts=(500, 4000), draws=4000),
+    "full": dict(seeds=3, steps=3000, nuts=(1000, 10_000), draws=4000),
+    "quick": dict(seeds=2, steps=1500, nuts=(500, 4000), draws=2000),
     "smoke": dict(seeds=1, steps=30, nuts=(50, 100), draws=100),
 }
 
