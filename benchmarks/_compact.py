@@ -7,8 +7,8 @@ import optax
 from numpyro.infer import SVI, RenyiELBO, Trace_ELBO
 from numpyro.infer.autoguide import AutoDiagonalNormal
 
-from benchmarks import _msc
 from benchmarks._common import fit_svi, log_joint_fn
+from benchmarks.baselines import msc
 from numpyro_dais import AutoDAIS
 
 
@@ -94,9 +94,9 @@ def fit_compact_methods(
     out["DAIS(16)"] = (np.stack([x.mean(0) for x in draws]), np.stack([x.std(0) for x in draws]))
 
     dim = out["IWVI"][0].shape[-1]
-    msc = jax.jit(
+    fitted = jax.jit(
         jax.vmap(
-            lambda k: _msc.fit(
+            lambda k: msc.fit(
                 k,
                 log_joint_fn(model, args, site),
                 jnp.zeros(dim),
@@ -108,5 +108,5 @@ def fit_compact_methods(
             )
         )
     )(jax.random.split(k_msc, seeds))
-    out["MSC8c"] = (np.asarray(msc.loc[:, -1]), np.asarray(msc.scale[:, -1]))
+    out["MSC8c"] = (np.asarray(fitted.loc[:, -1]), np.asarray(fitted.scale[:, -1]))
     return out

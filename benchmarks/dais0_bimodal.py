@@ -3,7 +3,7 @@
 Target ``p = ½N(0, 0.25²I) + ½N(1, 0.25²I)`` in ``d`` dimensions; every ``q`` starts at
 ``N(½·1, I)`` (mean-field, mean and scale learned); Adam. Methods: VI (``AutoDiagonalNormal``
 + ``Trace_ELBO(num_particles=N)``), IWVI (``RenyiELBO(alpha=0, num_particles=N)``), MSC with 1
-and 8 chains (``benchmarks/_msc.py``, lr 1e-4 as in the paper) and DAIS₀(K) (``AutoDAIS``,
+and 8 chains (``benchmarks/baselines/msc.py``, lr 1e-4 as in the paper) and DAIS₀(K) (``AutoDAIS``,
 ``q0`` read off with ``get_posterior``). Score: ``E_{z~p}[log q(z)]`` on 1,000 target draws;
 class: nearest of {mode 0, midpoint, mode 1} to the mean of ``q`` (distances ``/√d``),
 ``u`` when the nearest is further than 0.125, ``-`` when the fit is not finite.
@@ -23,7 +23,6 @@ from numpyro.infer import SVI, RenyiELBO, Trace_ELBO
 from numpyro.infer.autoguide import AutoDiagonalNormal
 from numpyro.infer.initialization import init_to_value
 
-from benchmarks import _msc
 from benchmarks._common import (
     Stopwatch,
     fit_svi,
@@ -32,6 +31,7 @@ from benchmarks._common import (
     parse_args,
     write_results,
 )
+from benchmarks.baselines import msc
 from numpyro_dais import AutoDAIS
 
 NAME = "dais0_bimodal"
@@ -137,7 +137,7 @@ def fit_msc_all_dims(N, chains, dims, steps, key):
     masks = jnp.stack([(jnp.arange(D) < d).astype(float) for d in dims])
 
     def one(mask, k):
-        return _msc.fit(
+        return msc.fit(
             k,
             lambda z: masked_log_p(z, mask),
             jnp.full(D, 0.5),

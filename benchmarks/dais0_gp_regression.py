@@ -266,7 +266,7 @@ def main(argv=None):
         "1/sqrt(λ_max) of the posterior precision, library defaults for mass and damping; "
         "init N(0, I)), q0 via get_posterior. DAIS(16): "
         f"{cfg['dais_draws']} end points z_K of the same trained guide "
-        "(sample_posterior(method='dais'); paper: 10⁵). MSC8c: benchmarks/_msc.py, CIS "
+        "(sample_posterior(method='dais'); paper: 10⁵). MSC8c: benchmarks/baselines/msc.py, CIS "
         f"kernel with {N_PARTICLES} particles, 8 chains, Adam lr {LR}."
     )
     body = "\n\n".join(

@@ -241,7 +241,7 @@ def main(argv=None):
         f"RenyiELBO(alpha=0, num_particles={N_PARTICLES}). IWVI_SIR: {cfg['sir'][0]} draws "
         f"each resampled from {cfg['sir'][1]} proposals of the IWVI q. DAIS₀(16): AutoDAIS "
         "(HMC, library defaults), q0 via get_posterior. DAIS(16): "
-        f"{cfg['dais_draws']} end points of the same guide. MSC8c: benchmarks/_msc.py, "
+        f"{cfg['dais_draws']} end points of the same guide. MSC8c: benchmarks/baselines/msc.py, "
         f"CIS kernel with {N_PARTICLES} particles, 8 chains, Adam lr {LR}."
     )
     paper = markdown_table(

@@ -62,7 +62,7 @@ def make_guide(method, model, hidden_dims, num_particles, helper_hidden):
     if method == "GPVI (exact)":
         return AutoGPVI(model, jacobian="exact", **common)
     if method == "amortized SVGD":
-        return AutoGPVI(model, method="amortized_svgd", **common)
+        return AutoGPVI(model, algorithm="amortized_svgd", **common)
     return AutoNormal(model, init_loc_fn=init_to_median)
 
 

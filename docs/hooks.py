@@ -18,7 +18,6 @@ What they do, so that the site cannot drift from the repository:
 """
 
 import logging
-import re
 from pathlib import Path
 
 from mkdocs.plugins import event_priority
@@ -32,14 +31,6 @@ PACKAGE = "numpyro_dais"
 RESULTS = ROOT / "benchmarks" / "results"
 EXAMPLES = ROOT / "examples"
 ENGINE = ROOT / PACKAGE / "engine"
-
-#: API objects whose module is being written on another branch: object -> module file.
-PENDING = {
-    f"{PACKAGE}.AutoSurrogateLikelihoodDAIS": f"{PACKAGE}/autosldais.py",
-    f"{PACKAGE}.AutoGPVI": f"{PACKAGE}/autogpvi.py",
-}
-
-_IDENT = re.compile(r"^:::\s+(\S+)\s*$")
 
 
 def _title(text, default):
@@ -260,32 +251,3 @@ def on_files(files, config):
         )
     add("reference/engine.md", content=_engine_reference())
     return files
-
-
-# -- guides that are not merged yet ---------------------------------------------------------
-
-
-def on_page_markdown(markdown, page, config, files):
-    out, skipping = [], False
-    for line in markdown.splitlines():
-        if skipping and (line.startswith("    ") or not line.strip()):
-            continue  # the options block of a skipped `:::` entry
-        skipping = False
-        match = _IDENT.match(line)
-        if match and match.group(1) in PENDING and not (ROOT / PENDING[match.group(1)]).exists():
-            name = match.group(1)
-            log.info(
-                "%s: %s not present yet, API entry replaced by a note",
-                page.file.src_uri,
-                PENDING[name],
-            )
-            out += [
-                f'!!! note "API reference of `{name}`"',
-                f"    `{PENDING[name]}` is not part of this checkout yet; the reference is",
-                "    generated from its docstrings once it is.",
-                "",
-            ]
-            skipping = True
-            continue
-        out.append(line)
-    return "\n".join(out) + "\n"

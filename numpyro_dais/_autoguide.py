@@ -1,53 +1,107 @@
 """NumPyro plumbing shared by every guide of this package.
 
 The guides flatten all latent sites into one unconstrained vector (like numpyro's
-``AutoContinuous``) and add what numpyro's built-in DAIS guides get wrong
-(``../shared/specs/numpyro-contract.md``):
+``AutoContinuous``) and add what numpyro's built-in DAIS guides get wrong:
 
 * the log joint used by the dynamics is rebuilt from the arguments of the *current* call
-  and the *current* values of the model's ``numpyro.param`` sites (traps 1 and 2);
+  and the *current* values of the model's ``numpyro.param`` sites (:func:`log_joint`);
 * the weight factor is a reparameterised site, so ``TraceGraph_ELBO`` keeps its gradient
-  (trap 3);
+  (:func:`numpyro_dais._numpyro.emit_log_weight`);
 * unpacking and constraining draws is vectorised with ``vmap`` and an optional
-  ``batch_size`` (trap 5).
+  ``batch_size``;
+* options are fixed at construction, and foreign or missing parameters are refused.
 """
 
 import contextlib
 import functools
 import math
 import warnings
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
-import numpyro.distributions as dist
 from jax.custom_batching import custom_vmap
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 from numpyro.infer.autoguide import AutoContinuous
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import constrain_fn, helpful_support_errors, log_density
-from numpyro.primitives import _PYRO_STACK
 
+from numpyro_dais import _numpyro
 from numpyro_dais.engine import weights
+from numpyro_dais.engine.validation import check_choice
+
+__all__ = ["check_choice"]  # re-exported for the guides
+
+# -- argument checks ----------------------------------------------------------------------
 
 
-class LogWeight(dist.Unit):
-    """A ``numpyro.factor`` distribution with a reparameterised ``log_factor``.
+def check_positive_int(name, value, minimum=1) -> int:
+    """``value`` as an ``int >= minimum`` (Python or NumPy integer), else a ``TypeError``
+    or ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(
+            f"`{name}` must be an integer >= {minimum}, got {type(value).__name__} {value!r}."
+        )
+    if value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+    return int(value)
 
-    ``dist.Unit`` reports ``has_rsample = False``, so ``TraceGraph_ELBO`` stops the gradient
-    of an ordinary guide factor and would silently train on a zero gradient. This subclass
-    declares ``log_factor`` reparameterised, so every numpyro ELBO keeps its gradient.
-    """
 
-    reparametrized_params = ["log_factor"]
+def check_positive_float(name, value) -> float:
+    """``value`` as a finite ``float > 0``, else an error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(f"`{name}` must be a number, got {type(value).__name__}.")
+    if not (np.isfinite(value) and value > 0):
+        raise ValueError(f"`{name}` must be a finite positive number, got {value!r}.")
+    return float(value)
 
 
-def emit_log_weight(name, log_factor):
-    """Guide-side factor: ``Trace_ELBO`` subtracts it, so the ELBO changes by ``-log_factor``."""
-    unit = LogWeight(log_factor)
-    numpyro.sample(name, unit, obs=unit.sample(None), infer={"is_auxiliary": True})
+def check_step_sizes(eta_init, eta_max):
+    """``eta_init`` and ``eta_max``: each ``None`` (set from the curvature) or a finite
+    positive number, with ``eta_init < eta_max`` when both are given."""
+    for name, value in (("eta_init", eta_init), ("eta_max", eta_max)):
+        if value is not None:
+            try:
+                check_positive_float(name, value)
+            except ValueError as err:
+                raise ValueError(
+                    f"{err} Leave it None to set it from the posterior's curvature."
+                ) from None
+    if eta_init is not None and eta_max is not None and not eta_init < eta_max:
+        raise ValueError(
+            f"`eta_init` must lie in (0, eta_max) = (0, {eta_max}), got {eta_init!r}; "
+            "raise `eta_max` or lower `eta_init`."
+        )
+
+
+def check_sample_shape(sample_shape) -> tuple:
+    """``sample_shape`` as a tuple of non-negative ints, else a ``TypeError``/``ValueError``."""
+    if isinstance(sample_shape, (int, np.integer)) and not isinstance(sample_shape, bool):
+        sample_shape = (sample_shape,)
+    try:
+        shape = tuple(sample_shape)
+    except TypeError:
+        raise TypeError(
+            f"`sample_shape` must be a tuple of ints, e.g. (1000,), got {sample_shape!r}."
+        ) from None
+    for n in shape:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise ValueError(
+                f"`sample_shape` must be a tuple of non-negative ints, got {sample_shape!r}."
+            )
+    return tuple(int(n) for n in shape)
+
+
+def check_batch_size(batch_size):
+    """``None`` or a positive int."""
+    return None if batch_size is None else check_positive_int("batch_size", batch_size)
+
+
+# -- vectorisation and compiled entry points ------------------------------------------------
 
 
 def map_batched(fn, xs, batch_size=None):
@@ -56,6 +110,15 @@ def map_batched(fn, xs, batch_size=None):
     if batch_size is None or batch_size >= n:
         return jax.vmap(fn)(xs)
     return jax.lax.map(fn, xs, batch_size=int(batch_size))
+
+
+def map_chunks(fn, rng_key, total: int, batch_size=None):
+    """``fn(key, n)`` returns ``n`` items (leading axis); call it on chunks of at most
+    ``batch_size`` with independent keys and concatenate the first ``total`` items."""
+    size = total if batch_size is None else min(int(batch_size), total)
+    keys = jax.random.split(rng_key, math.ceil(total / size))
+    chunks = jax.lax.map(lambda k: fn(k, size), keys)
+    return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[:total], chunks)
 
 
 def jit_by_leaves(fn):
@@ -88,20 +151,7 @@ def jit_by_leaves(fn):
     return wrapped
 
 
-def _warn_nonfinite(guide_name, step_info, num_nonfinite, num_particles):
-    n, total = int(num_nonfinite), int(num_particles)
-    msg = (
-        f"{guide_name}: {n} of {total} particle trajectories diverged (non-finite weight, or "
-        "an energy error far beyond a stable integrator's) and were dropped from the bound; "
-        "their gradients were zeroed."
-    )
-    if n >= total:
-        msg += " All particles diverged: the loss is not finite. " + (step_info or "")
-        msg += (
-            " If training ran well before this, the learning rate may have thrown the "
-            "parameters off: lower it, or run SVI with `stable_update=True`."
-        )
-    warnings.warn(msg, RuntimeWarning, stacklevel=2)
+# -- warnings from inside jitted code ---------------------------------------------------------
 
 
 def warn_from_jit(warn_fn, counts, total, values=()):
@@ -110,8 +160,7 @@ def warn_from_jit(warn_fn, counts, total, values=()):
 
     Under ``vmap`` (e.g. ``Trace_ELBO(num_particles=B)``) the batch is reduced first, the
     counts and ``total`` by their sum and ``values`` by their max, so the host is called once
-    per step, not once per element (a host callback costs ~0.1-1 ms on CPU even when it does
-    not fire).
+    per step, not once per element.
     """
     args = tuple(jnp.asarray(x) for x in (*counts, total, *values))
     num_summed = len(counts) + 1
@@ -136,54 +185,109 @@ def warn_from_jit(warn_fn, counts, total, values=()):
     report(args)
 
 
-def report_nonfinite(guide_name, num_nonfinite, num_particles, step_info=""):
+def _warn_diverged(guide_name, step_info, num_diverged, num_particles):
+    n, total = int(num_diverged), int(num_particles)
+    msg = (
+        f"{guide_name}: {n} of {total} particle trajectories diverged (non-finite weight, or "
+        "an energy error far beyond a stable integrator's) and were dropped from the bound; "
+        "their gradients were zeroed."
+    )
+    if n >= total:
+        msg += " All particles diverged: the loss is not finite. " + (step_info or "")
+        msg += (
+            " If training ran well before this, the learning rate may have thrown the "
+            "parameters off: lower it, or run SVI with `stable_update=True`."
+        )
+    warnings.warn(msg, RuntimeWarning, stacklevel=2)
+
+
+def report_diverged(guide_name, num_diverged, num_particles, step_info=""):
     """Warn from inside jitted code when trajectories diverged; ``step_info`` says what the
     step sizes are and how to fix them (the guide knows, the engine does not)."""
     warn_from_jit(
-        functools.partial(_warn_nonfinite, guide_name, step_info), (num_nonfinite,), num_particles
+        functools.partial(_warn_diverged, guide_name, step_info), (num_diverged,), num_particles
     )
 
 
-def check_positive_int(name, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+# -- the model, seen from a guide ---------------------------------------------------------------
 
 
-def check_step_sizes(eta_init, eta_max):
-    """``eta_init`` and ``eta_max``: each ``None`` (set from the curvature) or a finite
-    positive number, with ``eta_init < eta_max`` when both are given."""
-    for name, value in (("eta_init", eta_init), ("eta_max", eta_max)):
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-            raise TypeError(f"`{name}` must be a number or None, got {type(value).__name__}.")
-        if not (np.isfinite(value) and value > 0):
-            raise ValueError(
-                f"`{name}` must be a finite positive number, got {value!r}; leave it None to "
-                "set it from the posterior's curvature."
-            )
-    if eta_init is not None and eta_max is not None and not eta_init < eta_max:
+class ModelView(NamedTuple):
+    """What evaluating the model's log joint needs, without the guide object."""
+
+    guide_name: str
+    model: Callable  # the model behind any handlers.block wrappers
+    unpack: Callable  # flat unconstrained z (..., D) -> {site: unconstrained value}
+    transforms: dict  # {site: bijection from unconstrained to the site's support}
+    hidden_sites: tuple  # latent sites the guide's model hides (drawn by earlier guides)
+
+
+def log_joint(view: ModelView, args, kwargs, model_params, handler=None) -> Callable:
+    """``z (D,) -> ℓ(z) = log p(x, z)`` in the unconstrained space (Jacobians included),
+    built from *this* call's data and the *current* model parameters.
+
+    Inside an ``AutoGuideList`` the guide's model hides the sites of the other parts; the
+    log joint then conditions on their values drawn earlier in the same guide run.
+    ``handler``: an optional numpyro messenger applied to the model's run (inside the
+    ``block``), e.g. to reweight likelihood sites for a surrogate log likelihood.
+    """
+    fixed = _hidden_values(view)
+    inner = handler if handler is not None else contextlib.nullcontext()
+
+    def ell(z):
+        values, log_det = {}, 0.0
+        for name, u in view.unpack(z).items():
+            transform = view.transforms[name]
+            values[name] = transform(u)
+            log_det = log_det + jnp.sum(transform.log_abs_det_jacobian(u, values[name]))
+        with handlers.block(), handlers.substitute(data=model_params), inner:
+            log_p, _ = log_density(view.model, args, kwargs, {**fixed, **values})
+        return log_p + log_det
+
+    return ell
+
+
+def _hidden_values(view: ModelView) -> dict:
+    if not view.hidden_sites:
+        return {}
+    found = _numpyro.enclosing_trace_values(view.hidden_sites)
+    missing = [k for k in view.hidden_sites if k not in found]
+    if missing:
         raise ValueError(
-            f"`eta_init` must lie in (0, eta_max) = (0, {eta_max}), got {eta_init!r}; "
-            "raise `eta_max` or lower `eta_init`."
+            f"{view.guide_name} runs its dynamics on the full model, but sites {missing} are "
+            "hidden from it (handlers.block) and were not drawn earlier in this guide run. "
+            "Use it inside an AutoGuideList after the guide for those sites, or use "
+            "method='q0', which needs no dynamics."
         )
+    return found
 
 
-def check_choice(name, value, choices):
-    if value not in choices:
-        raise ValueError(f"`{name}` must be one of {sorted(choices)}, got {value!r}.")
+def _trace_without_sampling(model, args, kwargs):
+    """A trace of ``model`` whose latent sites take values from ``init_to_uniform`` instead of
+    being sampled, so improper priors (``dist.ImproperUniform``) need no sampler."""
+    # seed inside substitute: the seed handler must give each site its key first
+    seeded = handlers.substitute(handlers.seed(model, rng_seed=0), substitute_fn=init_to_uniform)
+    with handlers.block():
+        return handlers.trace(seeded).get_trace(*args, **kwargs)
+
+
+# -- the base class ----------------------------------------------------------------------------
 
 
 class ContinuousGuide(AutoContinuous):
     """Base of the package's guides: a flat unconstrained latent ``z ∈ R^D``.
 
     Subclasses implement ``_sample_latent`` (what a training call returns) and the
-    posterior methods; this class gives them the current log joint ``ℓ(z)``,
-    the model's current parameters, and vectorised constraining of draws.
+    posterior methods; this class gives them a :class:`ModelView` of the model, its current
+    parameters, vectorised constraining of draws and checks of ``params``. Subclasses set
+    their options (named in ``_options``) before calling ``__init__``; afterwards they are
+    read-only, because compiled samplers and parameter shapes depend on them.
     """
 
     #: whether the guide accepts models with a subsampled plate
     supports_subsampling = False
+    #: constructor options that are read-only after construction
+    _options = ("prefix", "init_loc_fn")
 
     def __init__(
         self,
@@ -199,6 +303,16 @@ class ContinuousGuide(AutoContinuous):
             init_loc_fn=init_loc_fn,
             forward_mode_differentiation=forward_mode_differentiation,
         )
+        self._frozen = True
+
+    def __setattr__(self, name, value):
+        if name in self._options and self.__dict__.get("_frozen", False):
+            raise AttributeError(
+                f"`{name}` of {type(self).__name__} is fixed at construction (its compiled "
+                "sampler and its parameters depend on it); build a new guide with "
+                f"{type(self).__name__}(model, {name}=...)."
+            )
+        super().__setattr__(name, value)
 
     def __getstate__(self):
         state = super().__getstate__()
@@ -209,9 +323,38 @@ class ContinuousGuide(AutoContinuous):
     def _setup_prototype(self, *args, **kwargs):
         self._check_continuous(*args, **kwargs)
         super()._setup_prototype(*args, **kwargs)
-        self._setup_joint_model(*args, **kwargs)
+        model = self.model
+        while isinstance(model, handlers.block):
+            model = model.fn
+        transforms = {}
+        for name, site in self.prototype_trace.items():
+            if site["type"] == "sample" and not site["is_observed"]:
+                with helpful_support_errors(site):
+                    transforms[name] = biject_to(site["fn"].support)
+        hidden = ()
+        if model is not self.model:
+            full = _trace_without_sampling(model, args, kwargs)
+            hidden = tuple(
+                name
+                for name, site in full.items()
+                if site["type"] == "sample"
+                and not site["is_observed"]
+                and name not in self.prototype_trace
+            )
+        self._view = ModelView(
+            type(self).__name__,
+            model,
+            functools.partial(_numpyro.unpack_latent, self),
+            transforms,
+            hidden,
+        )
         # used to compute deterministic sites when sample_posterior is given no data
         self._setup_args = (args, kwargs)
+        self._observed_sites = tuple(
+            name
+            for name, site in self.prototype_trace.items()
+            if site["type"] == "sample" and site["is_observed"]
+        )
         self._model_param_sites = {
             name: (site["value"], dict(site["kwargs"]))
             for name, site in self.prototype_trace.items()
@@ -234,10 +377,62 @@ class ContinuousGuide(AutoContinuous):
                 "remove `subsample_size`."
             )
 
+    def _check_continuous(self, *args, **kwargs):
+        """Refuse discrete latent sites before numpyro tries to enumerate them."""
+        for name, site in _trace_without_sampling(self.model, args, kwargs).items():
+            if (
+                site["type"] == "sample"
+                and not site["is_observed"]
+                and getattr(site["fn"].support, "is_discrete", False)
+            ):
+                raise ValueError(
+                    f"{type(self).__name__} cannot handle discrete latent site {name!r} "
+                    f"({type(site['fn']).__name__}): its dynamics need gradients. Marginalise "
+                    "the site out of the model, or give it its own guide and hide it from "
+                    "this one with handlers.block inside an AutoGuideList."
+                )
+
     def _get_posterior(self):
         raise NotImplementedError(
             f"{type(self).__name__} is not a fixed distribution; use get_posterior(params)."
         )
+
+    def _check_set_up(self):
+        """Posterior methods need the shapes that the first call fixes."""
+        if self.prototype_trace is None:
+            raise RuntimeError(
+                f"{type(self).__name__} is not set up yet: it learns the model's latent "
+                "sites on its first call. Run svi.init(rng_key, *data) (or svi.run) first; "
+                "to use saved params in a new process, build the guide and call svi.init "
+                "with the same data, then pass the saved params."
+            )
+
+    def _check_params(self, params, make_params):
+        """Every parameter that ``make_params()`` creates must be in ``params`` with its
+        shape: a ``KeyError`` names the missing ones (as numpyro's guides raise), a
+        ``ValueError`` the mis-shaped ones."""
+        self._check_set_up()
+        with handlers.block(), handlers.trace() as tr, handlers.seed(rng_seed=0):
+            make_params()
+        expected = {k: jnp.shape(s["value"]) for k, s in tr.items() if s["type"] == "param"}
+        missing = sorted(k for k in expected if k not in params)
+        if missing:
+            raise KeyError(
+                f"{type(self).__name__}: params lack {missing}. Pass the params this guide "
+                "was trained with (svi_result.params), from a guide of the same class, "
+                "prefix and options."
+            )
+        wrong = {
+            k: (jnp.shape(params[k]), shape)
+            for k, shape in expected.items()
+            if jnp.shape(params[k]) != shape
+        }
+        if wrong:
+            raise ValueError(
+                f"{type(self).__name__}: params have the wrong shapes {wrong} (got, expected): "
+                "they come from a guide with other options (K, base_dist, num_surrogate, ...) "
+                "or another model."
+            )
 
     # -- the model's current state --------------------------------------------------------
 
@@ -255,93 +450,24 @@ class ContinuousGuide(AutoContinuous):
     def _model_params_from(self, params):
         return {k: jnp.asarray(params[k]) for k in self._model_param_sites if k in params}
 
-    def _log_joint(self, args, kwargs, model_params, handler=None):
-        """``ℓ(z) = log p(x, z)`` for flat unconstrained ``z (D,)``, Jacobians included,
-        built from *this* call's data and the *current* model parameters.
-
-        Inside an ``AutoGuideList`` the guide's model hides the sites of the other parts;
-        the log joint then conditions on their values drawn earlier in the same guide run.
-        ``handler``: an optional numpyro messenger applied to the model's run (inside the
-        ``block``), e.g. to reweight likelihood sites for a surrogate log likelihood.
-        """
-        fixed = self._hidden_site_values()
-        inner = handler if handler is not None else contextlib.nullcontext()
-
-        def log_joint(z):
-            values, log_det = {}, 0.0
-            for name, u in self._unpack_latent(z).items():
-                transform = self._transforms[name]
-                values[name] = transform(u)
-                log_det = log_det + jnp.sum(transform.log_abs_det_jacobian(u, values[name]))
-            with handlers.block(), handlers.substitute(data=model_params), inner:
-                log_p, _ = log_density(self._joint_model, args, kwargs, {**fixed, **values})
-            return log_p + log_det
-
-        return log_joint
-
-    def _check_continuous(self, *args, **kwargs):
-        """Refuse discrete latent sites before numpyro tries to enumerate them."""
-        with handlers.block():
-            trace = handlers.trace(handlers.seed(self.model, rng_seed=0)).get_trace(*args, **kwargs)
-        for name, site in trace.items():
-            if (
-                site["type"] == "sample"
-                and not site["is_observed"]
-                and getattr(site["fn"].support, "is_discrete", False)
-            ):
-                raise ValueError(
-                    f"{type(self).__name__} cannot handle discrete latent site {name!r} "
-                    f"({type(site['fn']).__name__}): its dynamics need gradients. Marginalise "
-                    "the site out of the model, or give it its own guide and hide it from "
-                    "this one with handlers.block inside an AutoGuideList."
-                )
-
-    def _setup_joint_model(self, *args, **kwargs):
-        """Find the model behind ``handlers.block`` wrappers and the latent sites it hides."""
-        model = self.model
-        while isinstance(model, handlers.block):
-            model = model.fn
-        self._joint_model = model
-        self._transforms = {}
-        for name, site in self.prototype_trace.items():
-            if site["type"] == "sample" and not site["is_observed"]:
-                with helpful_support_errors(site):
-                    self._transforms[name] = biject_to(site["fn"].support)
-        self._hidden_sites = []
-        if model is not self.model:
-            with handlers.block():
-                full = handlers.trace(handlers.seed(model, rng_seed=0)).get_trace(*args, **kwargs)
-            self._hidden_sites = [
-                name
-                for name, site in full.items()
-                if site["type"] == "sample"
-                and not site["is_observed"]
-                and name not in self.prototype_trace
-            ]
-
-    def _hidden_site_values(self):
-        """Values of hidden sites, read from the trace of the current guide run."""
-        if not self._hidden_sites:
-            return {}
-        found = {}
-        for frame in reversed(_PYRO_STACK):
-            if isinstance(frame, handlers.trace):
-                found.update(
-                    {
-                        k: frame.trace[k]["value"]
-                        for k in self._hidden_sites
-                        if k in frame.trace and k not in found
-                    }
-                )
-        missing = [k for k in self._hidden_sites if k not in found]
-        if missing:
+    def _check_has_observations(self, args, kwargs, method):
+        """``method`` anneals to the posterior of the data the guide was trained on: refuse a
+        call whose arguments leave an observed site of set-up unobserved (e.g.
+        ``Predictive(...)(key, X_new)`` with ``y=None``)."""
+        if not self._observed_sites:
+            return
+        with numpyro.validation_enabled(False):  # only which sites are observed matters
+            trace = _trace_without_sampling(self._view.model, args, kwargs)
+        lost = [k for k in self._observed_sites if k in trace and not trace[k].get("is_observed")]
+        if lost:
             raise ValueError(
-                f"{type(self).__name__} runs its dynamics on the full model, but sites "
-                f"{missing} are hidden from it (handlers.block) and were not drawn earlier in "
-                "this guide run. Use it inside an AutoGuideList after the guide for those "
-                "sites, or use method='q0', which needs no dynamics."
+                f"{type(self).__name__}: method={method!r} anneals to the posterior given the "
+                f"observations, but this call leaves {lost} unobserved (new inputs without "
+                "outputs, as in Predictive(model, guide=...)(key, X_new)). Use "
+                "posterior_method='q0' (needs no data), or draw posterior samples with "
+                "sample_posterior(key, params, *training_data, method=...) and pass them to "
+                "Predictive(model, posterior_samples=...) for new inputs."
             )
-        return found
 
     # -- draws in the model's space -----------------------------------------------------------
 
@@ -361,7 +487,7 @@ class ContinuousGuide(AutoContinuous):
 
         def one(z):
             values = constrain_fn(
-                model, args, kwargs, self._unpack_latent(z), return_deterministic=True
+                model, args, kwargs, self._view.unpack(z), return_deterministic=True
             )
             return {k: v for k, v in values.items() if k in keep}
 
@@ -376,8 +502,19 @@ class ContinuousGuide(AutoContinuous):
 
     def _transform(self, z):
         """Flat unconstrained ``z (..., D)`` to constrained latent values; needs no data."""
-        return {name: self._transforms[name](u) for name, u in self._unpack_latent(z).items()}
+        return {name: self._view.transforms[name](u) for name, u in self._view.unpack(z).items()}
 
-    def _bound_safe(self, tree):
+    def _coordinate_names(self):
+        """Labels of the flat unconstrained coordinates, e.g. ``["b", "w[0]", "w[1]"]``."""
+        index = self._view.unpack(jnp.arange(self.latent_dim))
+        names = [""] * self.latent_dim
+        for site, idx in index.items():
+            idx = np.asarray(idx)
+            for pos in np.ndindex(idx.shape):
+                names[int(idx[pos])] = site + ("[" + ",".join(map(str, pos)) + "]" if pos else "")
+        return names
+
+    @staticmethod
+    def _bound_safe(tree):
         """Differentiable inputs of a bound, with non-finite gradient entries zeroed."""
         return weights.zero_nonfinite_grads(tree)

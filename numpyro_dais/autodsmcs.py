@@ -1,33 +1,34 @@
 """``AutoDSMCS``: a differentiable SMC sampler guide (DAIS transitions plus resampling).
 
 Reference: Zenn & Bamler (2023), "Resampling gradients vanish in differentiable sequential
-Monte Carlo samplers" (ICLR Tiny Papers); algorithms.md §4.
+Monte Carlo samplers" (ICLR Tiny Papers).
 """
 
-from typing import NamedTuple
+from numpyro_dais._annealed import AnnealedGuide, SMCDiagnostics, init_to_uniform, preset_options
+from numpyro_dais.engine.smc import ResamplingConfig
+from numpyro_dais.targets import FullData
 
-import jax
-from numpyro.infer.initialization import init_to_uniform
+__all__ = ["AutoDSMCS", "SMCDiagnostics", "plot_ess"]
 
-from numpyro_dais._autoguide import check_positive_int
-from numpyro_dais.autodais import AutoDAIS
-from numpyro_dais.engine import smc
-from numpyro_dais.engine.resampling import check_options
-
-
-class SMCDiagnostics(NamedTuple):
-    """Result of :meth:`AutoDSMCS.diagnostics`, per particle system."""
-
-    ess: jax.Array
-    """``(..., K)`` ESS of the weights after transition ``k``, in ``[1, N]``."""
-    resampled: jax.Array
-    """``(..., K)`` bool: resampled just before transition ``k``."""
-    log_Z: jax.Array
-    """``(...,)`` the bound's value ``L = log Ẑ`` of each particle system."""
+#: the options of a resampling configuration, as the guides name them
+RESAMPLING_OPTIONS = (
+    "resampling",
+    "resample_when",
+    "ess_threshold",
+    "resampling_gradient",
+    "gst_temperature",
+    "gst_gap",
+)
 
 
-class AutoDSMCS(AutoDAIS):
-    """Differentiable SMC sampler guide: ``AutoDAIS`` with resampling between transitions.
+def resampling_config(options) -> ResamplingConfig:
+    """A :class:`ResamplingConfig` from a preset's keyword options (popped from ``options``)."""
+    values = [options.pop(name) for name in RESAMPLING_OPTIONS]
+    return ResamplingConfig(*values)
+
+
+class AutoDSMCS(AnnealedGuide):
+    """Differentiable SMC sampler guide: DAIS with resampling between transitions.
 
     Each call runs one system of ``N = num_particles`` particles from ``q0`` through ``K``
     annealed HMC or Langevin transitions and, before transitions ``k ≥ 2``, resamples them
@@ -59,6 +60,8 @@ class AutoDSMCS(AutoDAIS):
     :param float gst_gap: the gap ``κ`` by which the drawn logit is lifted in ``"gst"``.
     """
 
+    _options = AnnealedGuide._options + RESAMPLING_OPTIONS
+
     def __init__(
         self,
         model,
@@ -84,89 +87,11 @@ class AutoDSMCS(AutoDAIS):
         report_divergences=True,
         forward_mode_differentiation=False,
     ):
-        check_positive_int("num_particles", num_particles)
-        check_options(
-            resampling, resample_when, ess_threshold, resampling_gradient, gst_temperature, gst_gap
-        )
-        self.resampling = resampling
-        self.resample_when = resample_when
-        self.ess_threshold = ess_threshold
-        self.resampling_gradient = resampling_gradient
-        self.gst_temperature = gst_temperature
-        self.gst_gap = gst_gap
-        super().__init__(
-            model,
-            K=K,
-            num_particles=num_particles,
-            kernel=kernel,
-            base_dist=base_dist,
-            eta_init=eta_init,
-            eta_max=eta_max,
-            gamma_init=gamma_init,
-            prefix=prefix,
-            init_loc_fn=init_loc_fn,
-            init_scale=init_scale,
-            posterior_method=posterior_method,
-            sym_kl_weight=sym_kl_weight,
-            report_divergences=report_divergences,
-            forward_mode_differentiation=forward_mode_differentiation,
-        )
-
-    # -- the engine (AutoDAIS hooks) ----------------------------------------------------------
-
-    def _run(
-        self,
-        rng_key,
-        q0,
-        anneal,
-        model_params,
-        args,
-        kwargs,
-        num_particles,
-        model_supplies_final=False,
-    ):
-        """One SMC system. The last increment needs ``ℓ(z_K)``, so ``model_supplies_final``
-        is ignored: ``ℓ(z_K)`` is always part of ``L``."""
-        potential = self._potential(q0, args, kwargs, model_params)
-        return smc.run(
-            rng_key,
-            q0,
-            potential,
-            anneal,
-            num_particles,
-            kernel=self.kernel,
-            resampling_scheme=self.resampling,
-            resample_when=self.resample_when,
-            ess_threshold=self.ess_threshold,
-            resampling_gradient=self.resampling_gradient,
-            gst_temperature=self.gst_temperature,
-            gst_gap=self.gst_gap,
-        )
-
-    def _log_marginal(self, out):
-        """The SMC bound ``L`` accumulated over the transitions."""
-        return out.log_Z
-
-    # -- diagnostics ----------------------------------------------------------------------------
-
-    def diagnostics(self, rng_key, params, *args, num_systems=None, **kwargs) -> SMCDiagnostics:
-        """ESS per transition, resampling flags and ``log Ẑ`` of fresh particle systems.
-
-        :param params: trained parameters (``svi_result.params``).
-        :param num_systems: ``None`` for one system (shapes ``(K,)``, ``(K,)``, ``()``), or
-            an int ``S`` for ``S`` independent systems (a leading ``(S,)`` axis).
-        """
-        q0, anneal = self._guide_params_from(params)
-        model_params = self._model_params_from(params)
-
-        def one(key):
-            out = self._run(key, q0, anneal, model_params, args, kwargs, self.num_particles)
-            return SMCDiagnostics(out.ess, out.resampled, out.log_Z)
-
-        if num_systems is None:
-            return one(rng_key)
-        check_positive_int("num_systems", num_systems)
-        return jax.vmap(one)(jax.random.split(rng_key, num_systems))
+        options = preset_options(locals())
+        config = resampling_config(options)
+        for name, value in zip(RESAMPLING_OPTIONS, config, strict=True):
+            setattr(self, name, value)
+        super().__init__(model, FullData(), config, **options)
 
     def plot_ess(self, diagnostics: SMCDiagnostics, ax=None):
         """Plot the ESS trace of :meth:`diagnostics` (needs matplotlib); returns the axes."""

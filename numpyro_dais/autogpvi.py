@@ -19,23 +19,26 @@ import jax
 import jax.numpy as jnp
 import numpyro
 import optax
+from numpyro import handlers
 from numpyro.distributions import constraints
 from numpyro.infer.initialization import init_to_uniform
 
+from numpyro_dais import _numpyro
 from numpyro_dais._autoguide import (
     ContinuousGuide,
+    check_batch_size,
     check_choice,
+    check_positive_float,
     check_positive_int,
-    emit_log_weight,
+    check_sample_shape,
+    log_joint,
     map_batched,
     warn_from_jit,
 )
 from numpyro_dais.engine import gpvi, networks
-from numpyro_dais.engine.kernels import ksd_u_statistic
 
-METHODS = ("gpvi", "amortized_svgd")
-JACOBIANS = ("auto", "exact", "helper")
-MONITORS = ("ksd", "energy")
+#: ``"auto"``: the exact solve up to :data:`EXACT_MAX_DIM` latent dimensions, else the helper
+JACOBIANS = ("auto", *gpvi.JACOBIANS)
 #: ``jacobian="auto"`` solves exactly up to this latent dimension
 EXACT_MAX_DIM = 100
 
@@ -118,7 +121,8 @@ class AutoGPVI(ContinuousGuide):
     :param tuple hidden_dims: hidden widths of ``g_θ`` (ReLU); ``()`` is a linear ``g_θ``.
     :param str jacobian: ``"exact"`` (solve with ``jax.jacfwd``, cost ``O(N D³)``),
         ``"helper"`` (helper network) or ``"auto"`` (exact for ``D <= 100``).
-    :param str method: ``"gpvi"`` or ``"amortized_svgd"`` (kernel on outputs, ``J ≡ I``).
+    :param str algorithm: ``"gpvi"`` or ``"amortized_svgd"`` (kernel on outputs, ``J ≡ I``).
+        (``method``, its former name, still works with a ``FutureWarning``.)
     :param float lambda_init: λ of the skip term ``λ ε`` (paper: 1).
     :param bool learn_lambda: learn λ (positive) as ``{prefix}_lambda``.
     :param float init_scale: scale of the initial output weights of ``g_θ``; the initial
@@ -138,6 +142,23 @@ class AutoGPVI(ContinuousGuide):
     rate: :meth:`split_optimizer`.
     """
 
+    _options = ContinuousGuide._options + (
+        "num_particles",
+        "noise_dim",
+        "hidden_dims",
+        "jacobian",
+        "algorithm",
+        "lambda_init",
+        "learn_lambda",
+        "init_scale",
+        "helper_hidden",
+        "helper_layers",
+        "max_helper_rel_loss",
+        "monitor",
+        "num_summary_draws",
+        "report_divergences",
+    )
+
     def __init__(
         self,
         model,
@@ -146,7 +167,7 @@ class AutoGPVI(ContinuousGuide):
         noise_dim=None,
         hidden_dims=(64,),
         jacobian="auto",
-        method="gpvi",
+        algorithm="gpvi",
         lambda_init=1.0,
         learn_lambda=False,
         prefix="auto",
@@ -158,46 +179,43 @@ class AutoGPVI(ContinuousGuide):
         monitor="ksd",
         num_summary_draws=10_000,
         report_divergences=True,
+        method=None,
     ):
-        check_positive_int("num_particles", num_particles, minimum=2)
+        if method is not None:
+            warnings.warn(
+                "AutoGPVI's `method` is now `algorithm` (sample_posterior's `method` means "
+                "something else); pass algorithm=... instead.",
+                FutureWarning,
+                stacklevel=2,
+            )
+            algorithm = method
+        self.num_particles = check_positive_int("num_particles", num_particles, minimum=2)
         if noise_dim is not None:
-            check_positive_int("noise_dim", noise_dim)
+            noise_dim = check_positive_int("noise_dim", noise_dim)
         check_choice("jacobian", jacobian, JACOBIANS)
-        check_choice("method", method, METHODS)
-        check_choice("monitor", monitor, MONITORS)
-        if method == "amortized_svgd" and jacobian != "auto":
+        check_choice("algorithm", algorithm, gpvi.ALGORITHMS)
+        check_choice("monitor", monitor, gpvi.MONITORS)
+        if algorithm == "amortized_svgd" and jacobian != "auto":
             raise ValueError(
-                f"`jacobian={jacobian!r}` has no meaning for method='amortized_svgd' "
+                f"`jacobian={jacobian!r}` has no meaning for algorithm='amortized_svgd' "
                 "(it takes J ≡ I); leave `jacobian` at 'auto'."
             )
-        hidden_dims = tuple(hidden_dims)
-        for h in hidden_dims:
-            check_positive_int("hidden_dims", h)
-        check_positive_int("helper_hidden", helper_hidden)
+        hidden_dims = tuple(check_positive_int("hidden_dims", h) for h in hidden_dims)
         if helper_layers not in (1, 2, 3):
             raise ValueError(f"`helper_layers` must be 1, 2 or 3, got {helper_layers!r}.")
-        for name, value in (
-            ("lambda_init", lambda_init),
-            ("init_scale", init_scale),
-            ("max_helper_rel_loss", max_helper_rel_loss),
-        ):
-            if not value > 0:
-                raise ValueError(f"`{name}` must be positive, got {value!r}.")
-        check_positive_int("num_summary_draws", num_summary_draws)
-        self.num_particles = num_particles
         self.noise_dim = noise_dim
         self.hidden_dims = hidden_dims
         self.jacobian = jacobian
-        self.method = method
-        self.lambda_init = float(lambda_init)
+        self.algorithm = algorithm
+        self.lambda_init = check_positive_float("lambda_init", lambda_init)
         self.learn_lambda = learn_lambda
-        self.helper_hidden = helper_hidden
+        self.init_scale = check_positive_float("init_scale", init_scale)
+        self.helper_hidden = check_positive_int("helper_hidden", helper_hidden)
         self.helper_layers = helper_layers
-        self.max_helper_rel_loss = float(max_helper_rel_loss)
+        self.max_helper_rel_loss = check_positive_float("max_helper_rel_loss", max_helper_rel_loss)
         self.monitor = monitor
-        self.num_summary_draws = num_summary_draws
+        self.num_summary_draws = check_positive_int("num_summary_draws", num_summary_draws)
         self.report_divergences = report_divergences
-        self._init_scale = init_scale
         super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn)
 
     @staticmethod
@@ -222,7 +240,7 @@ class AutoGPVI(ContinuousGuide):
                 f"of unconstrained latent dimensions), got {self.noise_dim!r}."
             )
         self._k = k
-        if self.method == "amortized_svgd":
+        if self.algorithm == "amortized_svgd":
             self._jac = None
         elif self.jacobian == "auto":
             self._jac = "exact" if D <= EXACT_MAX_DIM else "helper"
@@ -232,7 +250,7 @@ class AutoGPVI(ContinuousGuide):
         key = jax.random.PRNGKey(0) if key is None else key
         key_gen, key_help = jax.random.split(key)
         self._init_generator = networks.generator_init(
-            key_gen, k, D, self.hidden_dims, self._init_latent, self._init_scale
+            key_gen, k, D, self.hidden_dims, _numpyro.init_latent(self), self.init_scale
         )
         self._init_helper = (
             networks.helper_init(key_help, k, D, self.helper_hidden, self.helper_layers)
@@ -262,7 +280,9 @@ class AutoGPVI(ContinuousGuide):
         return layers, lam
 
     def _generator_params_from(self, params):
-        return numpyro.handlers.substitute(self._generator_params, data=params)()
+        self._check_params(params, self._generator_params)
+        params = {k: jnp.asarray(v) for k, v in params.items()}
+        return handlers.substitute(self._generator_params, data=params)()
 
     def _generator(self, layers, lam):
         return lambda eps: networks.generator_apply(layers, lam, eps)
@@ -277,60 +297,36 @@ class AutoGPVI(ContinuousGuide):
         # a diverged helper must not turn the whole update into NaN
         helper = self._bound_safe(helper) if helper is not None else None
         model_params = self._model_params()
-        if numpyro.get_mask() is False:
-            # Not inside a loss (e.g. ``Predictive``): one fresh draw, as sample_posterior.
+        if not _numpyro.in_loss():
+            # e.g. Predictive: one fresh draw, as sample_posterior
             eps = jax.random.normal(rng_key, (self.latent_dim,))
             return self._generator(layers, lam)(eps)
 
-        name, N, D = type(self).__name__, self.num_particles, self.latent_dim
+        N, D = self.num_particles, self.latent_dim
         key_eps, key_prime = jax.random.split(rng_key)
-        eps = jax.random.normal(key_eps, (N, D))
-        eps_prime = jax.random.normal(key_prime, (N, D))
-        f = self._generator(layers, lam)
-        f_fixed = self._generator(*jax.lax.stop_gradient((layers, lam)))
-        z_prime = jax.vmap(f_fixed)(eps_prime)
-
-        # ℓ(z′_j) differentiable in the model parameters; ∇_z ℓ used without gradient.
-        log_joint = self._log_joint(args, kwargs, model_params)
-        ell, score = jax.vmap(jax.value_and_grad(log_joint))(z_prime)
-        finite = jnp.isfinite(ell) & jnp.all(jnp.isfinite(score), axis=-1)
-        score = jnp.where(finite[:, None], jax.lax.stop_gradient(score), 0.0)
-        ell_safe = jnp.where(finite, ell, 0.0)
-
-        if self.method == "gpvi":
-            out = gpvi.gpvi_direction(
-                f_fixed,
-                eps,
-                eps_prime,
-                score,
-                lam=jax.lax.stop_gradient(lam),
-                jacobian=self._jac,
-                helper_layers=helper,
-                max_helper_rel_loss=self.max_helper_rel_loss,
-            )
-        else:
-            out = gpvi.amortized_svgd_direction(jax.vmap(f_fixed)(eps), z_prime, score)
-        if self.report_divergences:
-            _report(name, self._jac == "helper", jnp.sum(~finite), out, N)
-
-        surrogate = (
-            jnp.mean(jnp.sum(out.g * jax.vmap(f)(eps), axis=-1))
-            + jnp.where(jnp.isfinite(out.helper_loss), out.helper_loss, 0.0)
-            - jnp.sum(ell_safe) / jnp.maximum(jnp.sum(finite), 1)
+        out = gpvi.objective(
+            self._generator(layers, lam),
+            self._generator(*jax.lax.stop_gradient((layers, lam))),
+            log_joint(self._view, args, kwargs, model_params),
+            jax.random.normal(key_eps, (N, D)),
+            jax.random.normal(key_prime, (N, D)),
+            lam=lam,
+            algorithm=self.algorithm,
+            jacobian=self._jac or "exact",
+            helper_layers=helper,
+            max_helper_rel_loss=self.max_helper_rel_loss,
+            monitor=self.monitor,
         )
-        if self.monitor == "ksd":
-            value = ksd_u_statistic(z_prime, score)
-        else:
-            value = -jnp.sum(ell_safe) / jnp.maximum(jnp.sum(finite), 1)
-        # Trace_ELBO's loss is −ℓ(z*) + factor, with z* = z′_0 handed to the model:
-        # the factor cancels ℓ(z*) (value and model-parameter gradient) and leaves
-        # value = monitor, gradient = ∇ surrogate.
-        # (S − sg(S)) is formed first: added to ℓ(z*) before the subtraction, a large S
-        # would swallow the monitor's digits.
-        zero_with_grad = surrogate - jax.lax.stop_gradient(surrogate)
-        factor = (ell[0] + jax.lax.stop_gradient(value)) + zero_with_grad
-        emit_log_weight(f"{self.prefix}_gpvi_surrogate", factor)
-        return z_prime[0]
+        if self.report_divergences:
+            _report(type(self).__name__, self._jac == "helper", out.num_nonfinite, out.direction, N)
+        # Trace_ELBO's loss is −ℓ(z*) + factor, with z* = z′_0 handed to the model: the factor
+        # cancels ℓ(z*) (value and model-parameter gradient) and leaves value = monitor,
+        # gradient = ∇ surrogate. (S − sg(S)) is formed first: added to ℓ(z*) before the
+        # subtraction, a large S would swallow the monitor's digits.
+        zero_with_grad = out.surrogate - jax.lax.stop_gradient(out.surrogate)
+        factor = (out.log_joint[0] + out.monitor) + zero_with_grad
+        _numpyro.emit_log_weight(f"{self.prefix}_gpvi_surrogate", factor)
+        return out.z_prime[0]
 
     # -- posterior access -------------------------------------------------------------------
 
@@ -346,6 +342,8 @@ class AutoGPVI(ContinuousGuide):
         :param batch_size: draws computed at once (bounds memory); ``None``: all at once.
         :return: dict of site values with leading shape ``sample_shape``.
         """
+        sample_shape = check_sample_shape(sample_shape)
+        batch_size = check_batch_size(batch_size)
         latents = self._draw(rng_key, params, self._num_draws(sample_shape), batch_size)
         return self._reshape_draws(
             self._constrain(latents, params, args, kwargs, batch_size), sample_shape

@@ -1,95 +1,70 @@
-"""``AutoSurrogateLikelihoodDAIS``: DAIS trained on mini-batches (SL-DAIS and NS-DAIS).
+"""SL-DAIS and NS-DAIS guides: annealing trained on mini-batches, with or without resampling.
 
 The ``K`` transitions follow a cheap surrogate log likelihood ``ψ̂(z)`` instead of the full
 one; only the final term of the weight touches the data, through the model's own
-mini-batch estimate (algorithms.md §3). The cost of a step is ``O(K · N_s + B)``
-likelihood terms instead of ``O(K · Nd)``.
+mini-batch estimate. The cost of a step is ``O(K · N_s + B)`` likelihood terms instead of
+``O(K · Nd)``. ``AutoSurrogateLikelihoodDSMCS`` adds DSMCS's resampling between the
+transitions (a combination the papers do not study: same targets, SMC sampler).
 
-Reference: Jankowiak & Phan (2022), "Surrogate likelihoods for variational annealed
-importance sampling" (SL-DAIS; NS-DAIS is their naive-subsampling baseline).
+References: Jankowiak & Phan (2022), "Surrogate likelihoods for variational annealed
+importance sampling" (SL-DAIS; NS-DAIS is their naive-subsampling baseline); Zenn & Bamler
+(2023), "Resampling gradients vanish in differentiable sequential Monte Carlo samplers".
 """
 
 import warnings
 
-import jax
-import jax.numpy as jnp
-import numpyro
-from numpyro import handlers
-from numpyro.distributions import constraints
-from numpyro.infer.initialization import init_to_uniform
-from numpyro.infer.util import potential_energy
-from numpyro.primitives import Messenger, _subsample_fn
-
+from numpyro_dais._annealed import AnnealedGuide, init_to_uniform, preset_options
 from numpyro_dais._autoguide import check_choice, check_positive_int
-from numpyro_dais.autodais import AutoDAIS, _zero, partial_log_prob
-from numpyro_dais.engine import dais
-from numpyro_dais.engine.transitions import Potential
+from numpyro_dais.autodsmcs import RESAMPLING_OPTIONS, resampling_config
+from numpyro_dais.targets import NaiveMiniBatch, Surrogate
+
+__all__ = ["AutoSurrogateLikelihoodDAIS", "AutoSurrogateLikelihoodDSMCS"]
 
 DYNAMICS = ("surrogate", "naive")
-DEFAULT_NUM_SURROGATE = 256
+SURROGATE_OPTIONS = ("surrogate_model", "num_surrogate", "dynamics")
 
 
-class _FixPlates(Messenger):
-    """Sets the indices of subsample plates, ``{name: (n,) indices}``; a plate of size
-    ``Nd`` then scales its sites by ``Nd / n`` (by 1 when ``n = Nd``)."""
-
-    def __init__(self, indices):
-        self.indices = indices
-        super().__init__()
-
-    def process_message(self, msg):
-        if msg["type"] == "plate" and msg["name"] in self.indices:
-            msg["value"] = self.indices[msg["name"]]
-            msg["args"] = (msg["args"][0], msg["value"].shape[0])
-
-
-class _SurrogateData(_FixPlates):
-    """Runs a model on the surrogate points of its subsample plate ``name`` (RAND ansatz).
-
-    Fixes the plate's indices to ``indices (N_s,)``, replaces the outputs of
-    ``numpyro.subsample`` by the stored ``rows`` (in call order, so the data set itself is
-    never read), and weights every sample site inside the plate by ``weights (N_s,)``
-    instead of the plate's ``Nd / N_s``: the log likelihood becomes
-    ``ψ̂(z) = Σ_m ω_m log p(ỹ_m | z)``; sites outside the plate (the prior) are untouched.
-
-    With ``rows=None`` it fixes the indices only and records the subsampled rows
-    (:attr:`recorded`), which is how the rows are stored at set-up.
-    """
-
-    def __init__(self, name, size, indices, rows=None, weights=None):
-        self.name, self.size = name, size
-        self.rows, self.weights = rows, weights
-        self._subsampled = []
-        super().__init__({name: indices})
-
-    def __enter__(self):
-        self._subsampled = []
-        return super().__enter__()
-
-    @property
-    def recorded(self):
-        # the messages are final once the model has run (plates subsample on postprocess)
-        return [msg["value"] for msg in self._subsampled]
-
-    def process_message(self, msg):
-        super().process_message(msg)
-        if msg["type"] == "subsample":
-            if self.rows is not None:
-                msg["value"] = self.rows[len(self._subsampled)]
-                # already subsampled: with no event_dim every plate leaves the value alone
-                msg["kwargs"] = {**msg["kwargs"], "event_dim": None}
-            self._subsampled.append(msg)
-        elif msg["type"] == "sample" and self.weights is not None:
-            frame = next((f for f in msg["cond_indep_stack"] if f.name == self.name), None)
-            if frame is not None:
-                num = self.weights.shape[0]
-                plate_scale = self.size / num if num < self.size else 1.0
-                scale = 1.0 if msg["scale"] is None else msg["scale"]
-                weights = jnp.reshape(self.weights, (num,) + (1,) * (-frame.dim - 1))
-                msg["scale"] = weights * (scale / plate_scale)
+def surrogate_target(guide, options, smc=False):
+    """The target of a preset's surrogate options (popped from ``options``), which are set
+    on ``guide``; for DAIS, warns about the bias of ``num_particles > 1`` with mini-batches
+    (an SMC system has ``N > 1`` by design: its docstring states the bias instead)."""
+    surrogate_model = options.pop("surrogate_model")
+    num_surrogate = options.pop("num_surrogate")
+    dynamics = options.pop("dynamics")
+    check_choice("dynamics", dynamics, DYNAMICS)
+    if num_surrogate is not None:
+        num_surrogate = check_positive_int("num_surrogate", num_surrogate)
+    if surrogate_model is not None and dynamics == "naive":
+        raise ValueError(
+            "`surrogate_model` is not used with dynamics='naive' (NS-DAIS); "
+            "drop it or use dynamics='surrogate'."
+        )
+    if surrogate_model is not None and num_surrogate is not None:
+        raise ValueError(
+            "`num_surrogate` sizes the automatic (RAND) surrogate; with a "
+            "`surrogate_model` drop `num_surrogate`."
+        )
+    guide.surrogate_model, guide.num_surrogate, guide.dynamics = (
+        surrogate_model,
+        num_surrogate,
+        dynamics,
+    )
+    num_particles = options["num_particles"]
+    if num_particles > 1 and not smc:
+        warnings.warn(
+            f"{type(guide).__name__} with num_particles={num_particles}: the mini-batch "
+            "estimate of the log likelihood enters the log-mean-exp of the weights, so the "
+            "bound is biased upwards when the plate subsamples (B < Nd) and may exceed "
+            "log Z. Use num_particles=1 for an unbiased bound.",
+            UserWarning,
+            stacklevel=3,
+        )
+    if dynamics == "naive":
+        return NaiveMiniBatch()
+    return Surrogate(surrogate_model, num_surrogate)
 
 
-class AutoSurrogateLikelihoodDAIS(AutoDAIS):
+class AutoSurrogateLikelihoodDAIS(AnnealedGuide):
     """DAIS for models whose likelihood sits in a subsampled ``numpyro.plate`` (SL-DAIS).
 
     The dynamics anneal from ``q0`` to ``log p(z) + ψ̂(z)``, a surrogate that never reads
@@ -134,7 +109,7 @@ class AutoSurrogateLikelihoodDAIS(AutoDAIS):
     Other arguments as :class:`~numpyro_dais.AutoDAIS`.
     """
 
-    supports_subsampling = True
+    _options = AnnealedGuide._options + SURROGATE_OPTIONS
 
     def __init__(
         self,
@@ -158,216 +133,63 @@ class AutoSurrogateLikelihoodDAIS(AutoDAIS):
         report_divergences=True,
         forward_mode_differentiation=False,
     ):
-        check_choice("dynamics", dynamics, DYNAMICS)
-        if num_surrogate is not None:
-            check_positive_int("num_surrogate", num_surrogate)
-        if surrogate_model is not None and dynamics == "naive":
-            raise ValueError(
-                "`surrogate_model` is not used with dynamics='naive' (NS-DAIS); "
-                "drop it or use dynamics='surrogate'."
-            )
-        if surrogate_model is not None and num_surrogate is not None:
-            raise ValueError(
-                "`num_surrogate` sizes the automatic (RAND) surrogate; with a "
-                "`surrogate_model` drop `num_surrogate`."
-            )
-        super().__init__(
-            model,
-            K=K,
-            num_particles=num_particles,
-            kernel=kernel,
-            base_dist=base_dist,
-            eta_init=eta_init,
-            eta_max=eta_max,
-            gamma_init=gamma_init,
-            prefix=prefix,
-            init_loc_fn=init_loc_fn,
-            init_scale=init_scale,
-            posterior_method=posterior_method,
-            sym_kl_weight=sym_kl_weight,
-            report_divergences=report_divergences,
-            forward_mode_differentiation=forward_mode_differentiation,
-        )
-        self.surrogate_model = surrogate_model
-        self.num_surrogate = num_surrogate
-        self.dynamics = dynamics
-        if num_particles > 1:
-            warnings.warn(
-                f"AutoSurrogateLikelihoodDAIS with num_particles={num_particles}: the "
-                "mini-batch estimate of the log likelihood enters the log-mean-exp of the "
-                "weights, so the bound is biased upwards when the plate subsamples "
-                "(B < Nd) and may exceed log Z. Use num_particles=1 for an unbiased bound.",
-                UserWarning,
-                stacklevel=2,
-            )
+        options = preset_options(locals())
+        super().__init__(model, surrogate_target(self, options), None, **options)
 
-    # -- set-up -------------------------------------------------------------------------
 
-    def _setup_prototype(self, *args, **kwargs):
-        super()._setup_prototype(*args, **kwargs)
-        # plates declared with a `subsample_size` (B = Nd included): name -> (Nd, B)
-        self._data_plates = {
-            name: tuple(site["args"][:2])
-            for name, site in self.prototype_trace.items()
-            if site["type"] == "plate" and site["args"][1] is not None
-        }
-        self._surrogate_param_sites = {}
-        if self.surrogate_model is not None:
-            self._setup_user_surrogate()
-            return
-        if not self._data_plates:
-            raise ValueError(
-                "AutoSurrogateLikelihoodDAIS found no subsample plate in the model to build "
-                "its surrogate from. Put the likelihood in "
-                "`numpyro.plate(name, Nd, subsample_size=B)`, or pass `surrogate_model`."
-            )
-        if self.dynamics == "surrogate":
-            self._setup_rand_surrogate(args, kwargs)
+class AutoSurrogateLikelihoodDSMCS(AnnealedGuide):
+    """SL-DAIS with resampling: the surrogate (or naive mini-batch) dynamics of
+    :class:`AutoSurrogateLikelihoodDAIS` inside the particle system of
+    :class:`~numpyro_dais.AutoDSMCS`.
 
-    def _setup_rand_surrogate(self, args, kwargs):
-        """Choose ``N_s`` points at random, store their rows, register the weights ``ω``."""
-        if len(self._data_plates) > 1:
-            raise ValueError(
-                f"The model subsamples plates {sorted(self._data_plates)}; the automatic "
-                "surrogate handles one subsample plate. Pass `surrogate_model`, or subsample "
-                "a single plate."
-            )
-        ((name, (size, _)),) = self._data_plates.items()
-        num = min(DEFAULT_NUM_SURROGATE, size) if self.num_surrogate is None else self.num_surrogate
-        if num > size:
-            raise ValueError(
-                f"`num_surrogate`={num} is larger than the {size} data points of plate "
-                f"{name!r}; choose num_surrogate <= {size}."
-            )
-        indices = jnp.sort(jax.random.choice(numpyro.prng_key(), size, (num,), replace=False))
-        recorder = _SurrogateData(name, size, indices)
-        with handlers.block(), recorder:
-            handlers.seed(self.model, numpyro.prng_key())(*args, **kwargs)
-        self._surrogate_data = (name, size, indices, recorder.recorded)
-        self._surrogate_param_sites = {
-            self._weights_name: (jnp.full(num, size / num), {"constraint": constraints.positive})
-        }
+    The transitions, their weights and the resampling decisions all use the cheap
+    surrogate ``log p(z) + ψ̂(z)``; the last increment ends on the model's mini-batch
+    estimate, as SL-DAIS's final weight does. With ``resample_when="never"`` it is exactly
+    :class:`AutoSurrogateLikelihoodDAIS` (same random numbers for the same key), and with
+    the full data in the final term it is an SMC sampler whose dynamics follow a surrogate.
+    Arguments as :class:`AutoSurrogateLikelihoodDAIS` plus the resampling options of
+    :class:`~numpyro_dais.AutoDSMCS`; ``posterior_method`` defaults to ``"importance"``,
+    which (like ``log_evidence``) weights by the full-data log joint, so it needs the data.
 
-    def _setup_user_surrogate(self):
-        with handlers.block():
-            trace = handlers.trace(
-                handlers.seed(self.surrogate_model, numpyro.prng_key())
-            ).get_trace()
+    With ``B < Nd`` the mini-batch estimate of the final term sits inside the log-sum-exp of
+    the last SMC increment, so the bound is biased upwards (it may exceed ``log Z``), as
+    for :class:`AutoSurrogateLikelihoodDAIS` with ``num_particles > 1``; the bias shrinks
+    as ``B`` grows.
+    """
 
-        def latent_shapes(tr):
-            return {
-                name: jnp.shape(site["value"])
-                for name, site in tr.items()
-                if site["type"] == "sample" and not site["is_observed"]
-            }
+    _options = AnnealedGuide._options + SURROGATE_OPTIONS + RESAMPLING_OPTIONS
 
-        model_latents, surrogate_latents = latent_shapes(self.prototype_trace), latent_shapes(trace)
-        if model_latents != surrogate_latents:
-            raise ValueError(
-                "`surrogate_model` must have the same latent sites (names and shapes) as "
-                f"`model`: model {model_latents}, surrogate {surrogate_latents}."
-            )
-        self._surrogate_param_sites = {
-            name: (site["value"], dict(site["kwargs"]))
-            for name, site in trace.items()
-            if site["type"] == "param"
-        }
-
-    @property
-    def _weights_name(self):
-        return f"{self.prefix}_surrogate_weights"
-
-    # -- parameters -----------------------------------------------------------------------
-
-    def _model_params(self):
-        """Current parameters of the model *and* of the surrogate (both enter the dynamics)."""
-        surrogate = {
-            name: numpyro.param(name, value, **kw)
-            for name, (value, kw) in self._surrogate_param_sites.items()
-        }
-        return {**super()._model_params(), **surrogate}
-
-    def _model_params_from(self, params):
-        surrogate = {k: params[k] for k in self._surrogate_param_sites if k in params}
-        return {**super()._model_params_from(params), **surrogate}
-
-    # -- the engine --------------------------------------------------------------------------
-
-    def _potential(self, q0, args, kwargs, model_params, rng_key=None):
-        """The dynamics' path ends: ``q0`` and ``log p(z) + ψ̂(z)`` (SL-DAIS), or the
-        model's log joint on a mini-batch drawn with ``rng_key`` (NS-DAIS)."""
-        if self.dynamics == "naive":
-            keys = jax.random.split(rng_key, len(self._data_plates))
-            batch = {
-                name: _subsample_fn(size, subsample_size, key)
-                for key, (name, (size, subsample_size)) in zip(
-                    keys, self._data_plates.items(), strict=True
-                )
-            }
-            log_target = self._log_joint(args, kwargs, model_params, handler=_FixPlates(batch))
-        elif self.surrogate_model is not None:
-            log_target = self._log_user_surrogate(model_params)
-        else:
-            name, size, indices, rows = self._surrogate_data
-            handler = _SurrogateData(name, size, indices, rows, model_params[self._weights_name])
-            log_target = self._log_joint(args, kwargs, model_params, handler=handler)
-        return Potential(partial_log_prob(q0), log_target)
-
-    def _log_user_surrogate(self, params):
-        def log_joint(z):
-            with handlers.block(), handlers.substitute(data=params):
-                return -potential_energy(self.surrogate_model, (), {}, self._unpack_latent(z))
-
-        return log_joint
-
-    def _run(
+    def __init__(
         self,
-        rng_key,
-        q0,
-        anneal,
-        model_params,
-        args,
-        kwargs,
-        num_particles,
-        model_supplies_final=False,
-        final_indices=None,
+        model,
+        surrogate_model=None,
+        *,
+        K=8,
+        num_particles=16,
+        num_surrogate=None,
+        dynamics="surrogate",
+        kernel="hmc",
+        resampling="multinomial",
+        resample_when="bernoulli",
+        ess_threshold=0.5,
+        resampling_gradient="stop",
+        gst_temperature=0.1,
+        gst_gap=1.0,
+        base_dist="diagonal",
+        eta_init=None,
+        eta_max=None,
+        gamma_init=0.9,
+        prefix="auto",
+        init_loc_fn=init_to_uniform,
+        init_scale=0.1,
+        posterior_method="importance",
+        sym_kl_weight=None,
+        report_divergences=True,
+        forward_mode_differentiation=False,
     ):
-        """Run the sampler on the surrogate dynamics. The final term is left out with
-        ``model_supplies_final``; else it is the model's log joint on the mini-batch
-        ``final_indices`` (``{plate: (B,) indices}``), by default on all the data."""
-        if not args and not kwargs:
-            args, kwargs = self._setup_args
-        key_batch = None
-        if self.dynamics == "naive":
-            rng_key, key_batch = jax.random.split(rng_key)
-        potential = self._potential(q0, args, kwargs, model_params, key_batch)
-        if model_supplies_final:
-            final = _zero
-        else:
-            if final_indices is None:
-                final_indices = {
-                    name: jnp.arange(nd) for name, (nd, _) in self._data_plates.items()
-                }
-            final = self._log_joint(args, kwargs, model_params, handler=_FixPlates(final_indices))
-        return dais.run(
-            rng_key,
-            q0,
-            potential,
-            anneal,
-            num_particles,
-            kernel=self.kernel,
-            log_final_target=final,
-        )
-
-    def _run_for_bound(self, rng_key, q0, anneal, model_params, args, kwargs):
-        if self.num_particles == 1:
-            return super()._run_for_bound(rng_key, q0, anneal, model_params, args, kwargs)
-        # The guide draws the mini-batch: SVI replays these plates' indices into the model,
-        # so the guide's final term and the model's term use the same rows.
-        batch = {
-            name: numpyro.plate(name, size, subsample_size=subsample_size)._indices
-            for name, (size, subsample_size) in self._data_plates.items()
-        }
-        return self._run(
-            rng_key, q0, anneal, model_params, args, kwargs, self.num_particles, final_indices=batch
-        )
+        options = preset_options(locals())
+        config = resampling_config(options)
+        for name, value in zip(RESAMPLING_OPTIONS, config, strict=True):
+            setattr(self, name, value)
+        target = surrogate_target(self, options, smc=True)
+        super().__init__(model, target, config, **options)

@@ -13,7 +13,7 @@ from numpyro import handlers
 from numpyro.distributions import constraints
 from numpyro.infer import SVI, Predictive, Trace_ELBO, TraceGraph_ELBO
 from numpyro.infer.autoguide import AutoGuideList, AutoNormal
-from numpyro.infer.initialization import init_to_median
+from numpyro.infer.initialization import init_to_median, init_to_value
 
 from numpyro_dais import AutoDAIS
 from tests import models
@@ -370,7 +370,7 @@ def test_autoguidelist_composition():
     assert pred["y"].shape == (100, 500, 1)
     assert guide.quantiles(params, [0.2, 0.5, 0.8])["b"].shape == (3, 2, 1)
     with pytest.raises(ValueError, match="hidden"):
-        guide[1].sample_posterior(jax.random.key(0), params, x, method="dais")
+        guide[1].sample_posterior(jax.random.key(0), params, x, y, method="dais")
 
 
 @pytest.mark.parametrize("report, elbo_particles", [(True, 1), (False, 1), (True, 3)])
@@ -381,7 +381,11 @@ def test_divergent_particles_are_dropped_and_reported(report, elbo_particles):
         w = numpyro.sample("w", dist.Normal(0.0, 1.0))
         numpyro.factor("wall", jnp.where(w > 1.0, jnp.nan, 0.0))
 
-    guide = AutoDAIS(model, K=2, num_particles=16, init_scale=1.0, report_divergences=report)
+    # q0 centred on the wall: each particle starts in the NaN region with probability 1/2
+    init = init_to_value(values={"z": 0.0, "w": 1.0})
+    guide = AutoDAIS(
+        model, K=2, num_particles=16, init_scale=1.0, init_loc_fn=init, report_divergences=report
+    )
     svi = SVI(model, guide, optax.adam(0.01), Trace_ELBO(num_particles=elbo_particles))
     state = svi.init(jax.random.key(0))
     with warnings.catch_warnings(record=True) as caught:
@@ -452,7 +456,7 @@ def test_local_latents_error():
     ],
 )
 def test_bad_arguments(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises((ValueError, TypeError), match=match):
         AutoDAIS(models.linear_gaussian, **kwargs)
 
 

@@ -91,7 +91,11 @@ def test_linear_regression_posterior(jacobian):
 
 def test_amortized_svgd_runs_and_reports_a_finite_monitor():
     guide = AutoGPVI(
-        gaussian_2d, num_particles=16, hidden_dims=(4,), method="amortized_svgd", monitor="energy"
+        gaussian_2d,
+        num_particles=16,
+        hidden_dims=(4,),
+        algorithm="amortized_svgd",
+        monitor="energy",
     )
     res = _fit(gaussian_2d, guide, 20)
     assert np.all(np.isfinite(res.losses))
@@ -152,10 +156,12 @@ def test_generator_gradient_is_the_pulled_back_direction():
 def test_argument_errors():
     with pytest.raises(ValueError, match="`jacobian`"):
         AutoGPVI(gaussian_2d, jacobian="cg")
-    with pytest.raises(ValueError, match="`method`"):
-        AutoGPVI(gaussian_2d, method="svgd")
+    with pytest.raises(ValueError, match="`algorithm`"):
+        AutoGPVI(gaussian_2d, algorithm="svgd")
+    with pytest.warns(FutureWarning, match="`algorithm`"):
+        assert AutoGPVI(gaussian_2d, method="amortized_svgd").algorithm == "amortized_svgd"
     with pytest.raises(ValueError, match="`jacobian`"):
-        AutoGPVI(gaussian_2d, method="amortized_svgd", jacobian="helper")
+        AutoGPVI(gaussian_2d, algorithm="amortized_svgd", jacobian="helper")
     with pytest.raises(ValueError, match="`num_particles`"):
         AutoGPVI(gaussian_2d, num_particles=1)
     with pytest.raises(ValueError, match="`noise_dim`"):

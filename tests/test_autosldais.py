@@ -14,7 +14,12 @@ from numpyro import handlers
 from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoNormal
 
-from numpyro_dais import AutoDAIS, AutoSurrogateLikelihoodDAIS
+from numpyro_dais import (
+    AutoDAIS,
+    AutoDSMCS,
+    AutoSurrogateLikelihoodDAIS,
+    AutoSurrogateLikelihoodDSMCS,
+)
 
 D = 3
 
@@ -109,6 +114,70 @@ def test_reduces_to_dais(num_particles, kernel, base_dist):
     np.testing.assert_allclose(ev_sl.log_Z, ev_dais.log_Z, rtol=1e-5)
 
 
+# -- SL-DAIS with resampling: AutoSurrogateLikelihoodDSMCS --------------------------------
+
+
+def _losses(guide, params, model_args, seeds=range(3)):
+    f = jax.jit(
+        jax.value_and_grad(lambda p, k: Trace_ELBO().loss(k, p, logistic, guide, *model_args))
+    )
+    return [f(params, jax.random.key(seed)) for seed in seeds]
+
+
+@pytest.mark.parametrize("rule", ["always", "bernoulli"])
+def test_sldsmcs_with_a_full_data_target_is_dsmcs(rule):
+    """All rows in the surrogate with weight 1 and B = Nd: the surrogate is the full log
+    likelihood, so the SMC bound, its gradient and the evidence equal AutoDSMCS's."""
+    X, Y = logistic_data(20)
+    options = dict(K=3, num_particles=6, resample_when=rule)
+    sl = AutoSurrogateLikelihoodDSMCS(logistic, num_surrogate=20, **options)
+    dsmcs = AutoDSMCS(logistic, **options)
+    params = perturbed(init_params(sl, logistic, X, Y, 20))
+    params["auto_surrogate_weights"] = jnp.ones(20)
+    shared = {k: v for k, v in params.items() if k != "auto_surrogate_weights"}
+    init_params(dsmcs, logistic, X, Y)
+    for (v_sl, g_sl), (v, g) in zip(
+        _losses(sl, params, (X, Y, 20)), _losses(dsmcs, shared, (X, Y)), strict=True
+    ):
+        # same random numbers, same target: float32 rounding only
+        np.testing.assert_allclose(v_sl, v, rtol=1e-5)
+        for name in shared:
+            np.testing.assert_allclose(g_sl[name], g[name], rtol=1e-4, atol=1e-5)
+    ev_sl = sl.log_evidence(jax.random.key(5), params, X, Y, 20, num_particles=48)
+    ev = dsmcs.log_evidence(jax.random.key(5), shared, X, Y, num_particles=48)
+    np.testing.assert_allclose(ev_sl.log_Z, ev.log_Z, rtol=1e-5)
+
+
+def test_sldsmcs_that_never_resamples_is_sldais():
+    """resample_when="never": the mini-batch bound (B = 8 < Nd) of SL-DAIS exactly (with
+    the same q0 objective: SL-DSMCS's default posterior is not q0, so no DAIS₀ term)."""
+    X, Y = logistic_data(40)
+    options = dict(K=3, num_particles=4, num_surrogate=10, sym_kl_weight=0.0)
+    sl_smc = AutoSurrogateLikelihoodDSMCS(logistic, resample_when="never", **options)
+    with pytest.warns(UserWarning, match="biased upwards"):
+        sl = AutoSurrogateLikelihoodDAIS(logistic, **options)
+    params = perturbed(init_params(sl_smc, logistic, X, Y, 8))
+    init_params(sl, logistic, X, Y, 8)
+    for (a, ga), (b, gb) in zip(
+        _losses(sl_smc, params, (X, Y, 8)), _losses(sl, params, (X, Y, 8)), strict=True
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+        for name in params:
+            np.testing.assert_allclose(ga[name], gb[name], rtol=1e-4, atol=1e-5)
+
+
+def test_sldsmcs_trains():
+    X, Y = logistic_data(200)
+    guide = AutoSurrogateLikelihoodDSMCS(logistic, K=4, num_particles=8, num_surrogate=32)
+    svi = SVI(logistic, guide, optax.adam(1e-2), Trace_ELBO())
+    result = svi.run(jax.random.key(0), 300, X, Y, 20, progress_bar=False)
+    assert np.all(np.isfinite(result.losses))
+    # the bound improves: mean of the last 50 losses below the first 50 (noisy mini-batches)
+    assert result.losses[-50:].mean() < result.losses[:50].mean()
+    draws = guide.sample_posterior(jax.random.key(1), result.params, X, Y, sample_shape=(50,))
+    assert draws["theta"].shape == (50, D)
+
+
 # -- the mini-batch bound -----------------------------------------------------------------
 
 
@@ -165,20 +234,19 @@ def test_rand_surrogate_is_weighted_likelihood_on_stored_points():
     y = jnp.linspace(-1.0, 3.0, 30)
     guide = AutoSurrogateLikelihoodDAIS(gaussian, K=2, num_surrogate=7)
     params = init_params(guide, gaussian, y, 2.0, subsample_size=10)
-    name, size, indices, _ = guide._surrogate_data
-    assert (name, size, indices.shape) == ("N", 30, (7,))
+    indices = guide.target.indices
+    assert guide.target.plate == "N" and indices.shape == (7,)
     assert len(set(np.asarray(indices).tolist())) == 7
     np.testing.assert_allclose(params["auto_surrogate_weights"], jnp.full(7, 30 / 7))
-    q0, _ = guide._guide_params_from(params)
     weights = jnp.linspace(0.5, 4.0, 7)
     z = jnp.array([0.7])
     for prior_scale, noise in [(2.0, 1.5), (0.5, 0.3)]:  # a data argument and a model param
-        model_params = {"noise": noise, "auto_surrogate_weights": weights}
-        potential = guide._potential(q0, (y, prior_scale), {"subsample_size": 10}, model_params)
+        p = {**params, "noise": noise, "auto_surrogate_weights": weights}
+        target = guide.annealing_target(p, y, prior_scale, subsample_size=10)
         expected = dist.Normal(0.0, prior_scale).log_prob(0.7) + jnp.sum(
             weights * dist.Normal(0.7, noise).log_prob(y[indices])
         )
-        np.testing.assert_allclose(potential.log_target(z), expected, rtol=1e-5)
+        np.testing.assert_allclose(target.log_dynamics(z), expected, rtol=1e-5)
 
 
 def test_dynamics_see_current_model_params_and_data():
@@ -215,12 +283,12 @@ def test_naive_dynamics_use_rescaled_minibatch():
 
     def log_targets(subsample_size, seeds):
         guide = AutoSurrogateLikelihoodDAIS(gaussian, K=2, dynamics="naive")
-        q0, _ = guide._guide_params_from(init_params(guide, gaussian, y, 2.0, subsample_size))
+        params = {**init_params(guide, gaussian, y, 2.0, subsample_size), **model_params}
         return [
             float(
-                guide._potential(
-                    q0, (y, 2.0, subsample_size), {}, model_params, jax.random.key(s)
-                ).log_target(z)
+                guide.annealing_target(
+                    params, y, 2.0, subsample_size, rng_key=jax.random.key(s)
+                ).log_dynamics(z)
             )
             for s in seeds
         ]

@@ -7,26 +7,34 @@ The guides in :mod:`numpyro_dais` are thin NumPyro adapters over it.
 
 from numpyro_dais.engine import (
     annealing,
+    curvature,
     dais,
+    dais0,
     gaussian,
     gpvi,
     kernels,
     networks,
     resampling,
+    samplers,
     smc,
     transitions,
+    validation,
     weights,
 )
 
 __all__ = [
     "annealing",
+    "curvature",
     "dais",
+    "dais0",
     "gaussian",
     "gpvi",
     "kernels",
     "networks",
     "resampling",
+    "samplers",
     "smc",
     "transitions",
+    "validation",
     "weights",
 ]

@@ -1,4 +1,7 @@
-"""The annealing path ``log γ_k(z) = (1 − β_k) log q0(z) + β_k ℓ(z)`` (algorithms.md §1)."""
+"""The annealing path ``log γ_k(z) = (1 − β_k) log q0(z) + β_k ℓ(z)``.
+
+Reference: Neal (2001), "Annealed importance sampling" (geometric path).
+"""
 
 import jax
 import jax.numpy as jnp

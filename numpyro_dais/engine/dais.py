@@ -1,10 +1,14 @@
 """Differentiable annealed importance sampling: ``K`` transitions for ``N`` particles.
 
-``lax.scan`` over the transitions, ``vmap`` over the particles (algorithms.md §1). The
-same :func:`init` and :func:`step` drive the SMC sampler in :mod:`.smc`, which only adds
-resampling between steps.
+``lax.scan`` over the transitions, ``vmap`` over the particles. The same :func:`init` and
+:func:`step` drive the SMC sampler in :mod:`.smc`, which only adds resampling between steps;
+both samplers take a :class:`Target` and return a :class:`SamplerOutput`, so a guide
+composes any target (full data, surrogate, mini-batch) with either sampler.
 
-Reference: Geffner & Domke (2021); Zhang et al. (2021); Zenn & Bamler (2023), DAIS₀.
+References: Geffner & Domke (2021), "MCMC variational inference via uncorrected Hamiltonian
+annealing"; Zhang et al. (2021), "Differentiable annealed importance sampling and the perils
+of gradient noise"; Jankowiak & Phan (2022), "Surrogate likelihoods for variational annealed
+importance sampling" (dynamics and final weight on different targets).
 """
 
 from collections.abc import Callable
@@ -20,6 +24,7 @@ from numpyro_dais.engine.transitions import (
     Potential,
     StepParams,
     TransitionInfo,
+    check_kernel,
     init_state,
 )
 
@@ -30,29 +35,63 @@ class AnnealParams(NamedTuple):
     betas: jax.Array  # (K + 1,) 0 = β_0 < … < β_K = 1
     step_sizes: jax.Array  # (K,)
     mass: jax.Array  # (D,) diagonal mass matrix (ignored by Langevin)
-    damping: jax.Array  # () ρ (ignored by Langevin)
+    gamma: jax.Array  # () momentum damping γ of the partial refresh (ignored by Langevin)
 
     @property
     def K(self) -> int:
         return self.step_sizes.shape[0]
 
 
-class DAISOutput(NamedTuple):
+class Target(NamedTuple):
+    """What a sampler anneals to: ``log_dynamics`` drives the transitions, ``log_final``
+    enters the final weight (``None``: the same). Both map ``z (D,) -> scalar``.
+
+    Full-data DAIS uses the log joint for both; SL-DAIS a surrogate for the dynamics and the
+    model's mini-batch estimate for the final weight; a guide whose model term supplies
+    ``ℓ(z_K)`` itself passes :func:`omit_final`.
+    """
+
+    log_dynamics: Callable
+    log_final: Callable | None = None
+
+
+def omit_final(z):
+    """A final term of 0: the weight leaves ``ℓ(z_K)`` to the caller (e.g. the model's own
+    term of an ELBO)."""
+    return jnp.zeros((), z.dtype)
+
+
+class Trace(NamedTuple):
+    """Per-transition record of a run (SMC always; DAIS with ``track_increments``)."""
+
+    ess: jax.Array  # (K,) ESS of the weights after transition k
+    resampled: jax.Array  # (K,) bool: resampled just before transition k
+    ancestors: jax.Array  # (K, N) int32 ancestor of each slot before transition k
+    log_increments: jax.Array  # (K, N) log w̃_k (diverged entries -inf)
+
+
+class SamplerOutput(NamedTuple):
+    """What every sampler returns, for one system of ``N`` particles."""
+
     z0: jax.Array  # (N, D) initial particles, draws of q0
     z: jax.Array  # (N, D) final particles z_K
-    log_weights: jax.Array  # (N,) log w_i (non-finite entries set to -inf)
-    log_q0_z0: jax.Array  # (N,) log q0(z_0)
-    log_final_target: jax.Array  # (N,) the final term of log w (ℓ(z_K) by default)
-    deltas: jax.Array  # (K, N) Δ_k
-    log_increments: jax.Array | None  # (K, N) log w̃_k if tracked, else None
+    log_weights: jax.Array  # (N,) final log weights; log-mean-exp = log_Z; diverged: -inf
+    log_final_target: jax.Array  # (N,) the final term at z_K (target.log_final)
+    log_Z: jax.Array  # () the bound's value, log (1/N) Σ_i w_i (DAIS) or the SMC L
     ess: jax.Array  # () effective sample size of the final weights
-    num_nonfinite: jax.Array  # () diverged particles (non-finite weight or energy blow-up)
+    num_diverged: jax.Array  # () particles dropped (non-finite weight or energy blow-up)
+    trace: Trace | None  # per-transition record, or None
 
 
 def step_params(params: AnnealParams, k) -> StepParams:
     return StepParams(
-        params.betas[k], params.betas[k + 1], params.step_sizes[k], params.mass, params.damping
+        params.betas[k], params.betas[k + 1], params.step_sizes[k], params.mass, params.gamma
     )
+
+
+def potential(q0: gaussian.Gaussian, target: Target) -> Potential:
+    """The two ends of the annealing path: ``log q0`` and the dynamics' target."""
+    return Potential(lambda z: gaussian.log_prob(q0, z), target.log_dynamics)
 
 
 def init(
@@ -98,70 +137,62 @@ def step_keys(rng_key, K: int):
 def run(
     rng_key,
     q0: gaussian.Gaussian,
-    potential: Potential,
+    target: Target,
     params: AnnealParams,
     num_particles: int,
     *,
     kernel: str = "hmc",
     track_increments: bool = False,
-    log_final_target: Callable | None = None,
-) -> DAISOutput:
+) -> SamplerOutput:
     """Run ``K`` transitions for ``N = num_particles`` particles.
 
-    ``log w_i = log_final_target(z_K) − log q0(z_0) + Σ_k Δ_k``, where
-    ``log_final_target`` defaults to ``potential.log_target`` (SL-DAIS passes the
-    mini-batch estimate). ``track_increments=True`` also returns the per-step incremental
-    weights ``log w̃_k`` (one extra evaluation of ``ℓ`` per step for HMC), whose sum
-    telescopes to ``log w`` when the final target equals the dynamics target.
+    ``log w_i = log_final(z_K) − log q0(z_0) + Σ_k Δ_k``. A particle whose weight is not
+    finite, or whose energy on the dynamics' target fell far beyond a stable integrator's
+    error (:func:`.weights.diverged`), gets weight 0. ``track_increments=True`` also records
+    the incremental weights ``log w̃_k`` (one extra evaluation of ``ℓ`` per step for HMC),
+    whose sum telescopes to ``log w`` when the final target is the dynamics' target.
     """
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {sorted(KERNELS)}, got {kernel!r}.")
+    check_kernel(kernel)
+    pot = potential(q0, target)
     init_key, keys = step_keys(rng_key, params.K)
-    state = init(init_key, q0, potential, params, num_particles, kernel, track_increments)
+    state = init(init_key, q0, pot, params, num_particles, kernel, track_increments)
     z0 = state.z
-    log_q0_z0 = jax.vmap(potential.log_q0)(z0)
+    log_q0_z0 = jax.vmap(pot.log_q0)(z0)
 
     def body(state, xs):
         key, k = xs
-        state, info = step(key, state, step_params(params, k), potential, kernel, track_increments)
-        return state, info
+        return step(key, state, step_params(params, k), pot, kernel, track_increments)
 
     state, infos = jax.lax.scan(body, state, (keys, jnp.arange(params.K)))
-    return finalize(z0, log_q0_z0, state, infos, potential, log_final_target, track_increments)
 
-
-def finalize(
-    z0,
-    log_q0_z0,
-    state: ParticleState,
-    infos: TransitionInfo,
-    potential: Potential,
-    log_final_target: Callable | None,
-    track: bool,
-) -> DAISOutput:
-    """Assemble :class:`DAISOutput` from the final state and the stacked step infos."""
-    if log_final_target is None and track:
+    if target.log_final is None and track_increments:
         final = state.log_target  # already evaluated at z_K by the last step
     else:
-        final = jax.vmap(log_final_target or potential.log_target)(state.z)
+        final = jax.vmap(target.log_final or target.log_dynamics)(state.z)
     deltas = jnp.sum(infos.delta, axis=0)
     log_w = final - log_q0_z0 + deltas
-    # the energy check: ℓ(z_K) − ℓ(z_0) + Σ Δ_k on the dynamics' target (values only)
-    dyn_final = final if log_final_target is None else jax.vmap(potential.log_target)(state.z)
-    dyn_start = jax.vmap(potential.log_target)(z0)
-    bad = weights.diverged(
-        dyn_final - dyn_start + deltas, jnp.abs(dyn_start) + jnp.abs(log_q0_z0)
-    ) | ~jnp.isfinite(log_w)
+    # the energy check on the dynamics' target (values only): ℓ̃(z_K) − ℓ̃(z_0) + Σ Δ_k
+    dyn_final = final if target.log_final is None else jax.vmap(target.log_dynamics)(state.z)
+    dyn_start = jax.vmap(target.log_dynamics)(z0)
+    energy = dyn_final - dyn_start + deltas
+    bad = weights.diverged(energy, jnp.abs(dyn_start) + jnp.abs(log_q0_z0)) | ~jnp.isfinite(log_w)
     log_w = jnp.where(bad, -jnp.inf, log_w)
-    num_nonfinite = jnp.sum(bad)
-    return DAISOutput(
+    trace = None
+    if track_increments:
+        N = num_particles
+        trace = Trace(
+            ess=jax.vmap(weights.ess)(jnp.cumsum(infos.log_increment, axis=0)),
+            resampled=jnp.zeros(params.K, bool),
+            ancestors=jnp.tile(jnp.arange(N, dtype=jnp.int32), (params.K, 1)),
+            log_increments=infos.log_increment,
+        )
+    return SamplerOutput(
         z0=z0,
         z=state.z,
         log_weights=log_w,
-        log_q0_z0=log_q0_z0,
         log_final_target=final,
-        deltas=infos.delta,
-        log_increments=infos.log_increment if track else None,
+        log_Z=weights.log_mean_exp(log_w),
         ess=weights.ess(log_w),
-        num_nonfinite=num_nonfinite,
+        num_diverged=jnp.sum(bad),
+        trace=trace,
     )

@@ -44,13 +44,6 @@ def log_prob(q0: Gaussian, z: jax.Array) -> jax.Array:
     return -0.5 * jnp.sum(white**2, axis=-1) - log_det - 0.5 * dim * _LOG_2PI
 
 
-def covariance(q0: Gaussian) -> jax.Array:
-    """``Σ0``, shape ``(D, D)``."""
-    if is_diagonal(q0):
-        return jnp.diag(q0.scale**2)
-    return q0.scale @ q0.scale.T
-
-
 def marginal_std(q0: Gaussian) -> jax.Array:
     """Per-coordinate standard deviation, shape ``(D,)``."""
     if is_diagonal(q0):

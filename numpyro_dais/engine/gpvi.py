@@ -1,4 +1,4 @@
-"""GPVI functional gradient and the amortized SVGD baseline (algorithms.md §5).
+"""GPVI functional gradient and the amortized SVGD baseline, and the training objective.
 
 For a generator ``x = f_θ(ε)``, ``N`` update particles ``ε_i`` and ``N′`` fresh particles
 ``ε′_j``, the descent direction for particle ``i`` (``E = −log p``) is
@@ -28,16 +28,18 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_dais.engine import networks
-from numpyro_dais.engine.kernels import RBF
+from numpyro_dais.engine.kernels import RBF, ksd_u_statistic
+from numpyro_dais.engine.validation import check_choice
 
 JACOBIANS = ("exact", "helper")
+ALGORITHMS = ("gpvi", "amortized_svgd")
+MONITORS = ("ksd", "energy")
 
 
 class Direction(NamedTuple):
     """Output of :func:`gpvi_direction` and :func:`amortized_svgd_direction`."""
 
     g: jax.Array  # (N, D) descent direction per update particle (no gradient)
-    bandwidth: jax.Array  # () median bandwidth h of the kernel
     helper_loss: jax.Array  # () helper loss, differentiable in η; may be non-finite (0 w/o helper)
     helper_rel_loss: jax.Array  # () helper loss / mean ‖v‖² (1 = as bad as predicting 0)
     num_fallback: jax.Array  # () fresh particles whose J^{-T} v fell back to v / λ
@@ -104,7 +106,7 @@ def gpvi_direction(
     helper_layers: list | None = None,
     max_helper_rel_loss: float = 100.0,
 ) -> Direction:
-    """GPVI descent direction ``g (N, D)`` (algorithms.md §5).
+    """GPVI descent direction ``g (N, D)`` (Ratzlaff et al. 2021, eq. 9).
 
     :param f: the generator ``ε (D,) → x (D,)`` with θ held fixed (stop-gradient).
     :param eps: update noise ``ε_i (N, D)``.
@@ -140,9 +142,9 @@ def gpvi_direction(
         R = jnp.where(ok, jax.lax.stop_gradient(W), fallback)
         num_fallback = jnp.where(ok, 0, eps_prime.shape[0])
     else:
-        raise ValueError(f"`jacobian` must be one of {list(JACOBIANS)}, got {jacobian!r}.")
+        check_choice("jacobian", jacobian, JACOBIANS)
     g = functional_gradient(kern.K, score_prime, R)
-    return Direction(jax.lax.stop_gradient(g), kern.h, loss, rel, num_fallback)
+    return Direction(jax.lax.stop_gradient(g), loss, rel, num_fallback)
 
 
 def amortized_svgd_direction(x: jax.Array, x_prime: jax.Array, score_prime: jax.Array) -> Direction:
@@ -155,4 +157,69 @@ def amortized_svgd_direction(x: jax.Array, x_prime: jax.Array, score_prime: jax.
     kern = RBF(x_prime, x)
     g = functional_gradient(kern.K, jax.lax.stop_gradient(score_prime), kern.grad_first)
     zero = jnp.zeros((), x.dtype)
-    return Direction(jax.lax.stop_gradient(g), kern.h, zero, zero, jnp.zeros((), jnp.int32))
+    return Direction(jax.lax.stop_gradient(g), zero, zero, jnp.zeros((), jnp.int32))
+
+
+class Objective(NamedTuple):
+    """One training step of a generator: :func:`objective`'s output."""
+
+    surrogate: jax.Array  # () its gradient is the update (θ, η, model parameters)
+    monitor: jax.Array  # () the value to report (KSD² or mean energy; no gradient)
+    z_prime: jax.Array  # (N′, D) the fresh particles f_θ(ε′_j) (θ stopped)
+    log_joint: jax.Array  # (N′,) ℓ(z′_j), differentiable in the model's parameters
+    num_nonfinite: jax.Array  # () fresh particles with a non-finite ℓ or ∇ℓ (left out)
+    direction: Direction  # the functional gradient and the helper's diagnostics
+
+
+def objective(
+    f: Callable,
+    f_fixed: Callable,
+    log_joint: Callable,
+    eps: jax.Array,
+    eps_prime: jax.Array,
+    *,
+    lam,
+    algorithm: str = "gpvi",
+    jacobian: str = "exact",
+    helper_layers: list | None = None,
+    max_helper_rel_loss: float = 100.0,
+    monitor: str = "ksd",
+) -> Objective:
+    """The surrogate whose gradient is one GPVI (or amortized SVGD) step, and a monitor.
+
+    :param f: the generator ``ε (D,) → z (D,)``, differentiable in θ.
+    :param f_fixed: the same generator with θ (and λ) held fixed.
+    :param log_joint: ``ℓ(z)``, differentiable in the model's own parameters.
+    :param eps: update noise ``ε_i (N, D)``; ``eps_prime``: fresh noise ``ε′_j (N′, D)``.
+    :return: gradients of ``surrogate``: θ gets ``∇_θ (1/N) Σ_i ⟨g_i, f_θ(ε_i)⟩`` (the
+        pull-back of the direction ``g``), the helper η its loss, the model's parameters
+        ``−∇ mean_j ℓ(z′_j)`` at stopped particles. Particles with a non-finite ``ℓ`` or
+        ``∇ℓ`` are left out of both.
+    """
+    check_choice("algorithm", algorithm, ALGORITHMS)
+    check_choice("monitor", monitor, MONITORS)
+    z_prime = jax.vmap(f_fixed)(eps_prime)
+    ell, score = jax.vmap(jax.value_and_grad(log_joint))(z_prime)
+    finite = jnp.isfinite(ell) & jnp.all(jnp.isfinite(score), axis=-1)
+    score = jnp.where(finite[:, None], jax.lax.stop_gradient(score), 0.0)
+    mean_ell = jnp.sum(jnp.where(finite, ell, 0.0)) / jnp.maximum(jnp.sum(finite), 1)
+    if algorithm == "gpvi":
+        out = gpvi_direction(
+            f_fixed,
+            eps,
+            eps_prime,
+            score,
+            lam=jax.lax.stop_gradient(lam),
+            jacobian=jacobian,
+            helper_layers=helper_layers,
+            max_helper_rel_loss=max_helper_rel_loss,
+        )
+    else:
+        out = amortized_svgd_direction(jax.vmap(f_fixed)(eps), z_prime, score)
+    surrogate = (
+        jnp.mean(jnp.sum(out.g * jax.vmap(f)(eps), axis=-1))
+        + jnp.where(jnp.isfinite(out.helper_loss), out.helper_loss, 0.0)
+        - mean_ell
+    )
+    value = ksd_u_statistic(z_prime, score) if monitor == "ksd" else -mean_ell
+    return Objective(surrogate, jax.lax.stop_gradient(value), z_prime, ell, jnp.sum(~finite), out)

@@ -1,4 +1,4 @@
-"""RBF kernels with the median bandwidth, for particle VI (algorithms.md §5).
+"""RBF kernels with the median bandwidth, for particle VI.
 
 ``k(x′, x) = exp(−‖x′ − x‖² / h)`` with ``h = median_{i,j} ‖x′_j − x_i‖² / log(N·N′)``,
 recomputed for every batch and never differentiated (Liu & Wang, 2016, SVGD).

@@ -1,4 +1,4 @@
-"""Small MLPs as plain JAX pytrees: the GPVI generator and helper networks (algorithms.md §5).
+"""Small MLPs as plain JAX pytrees: the GPVI generator and helper networks.
 
 A layer is a pair ``(W (d_in, d_out), b (d_out,))``; a network is a list of layers. Inputs
 may carry any leading batch shape.

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_dais.engine import weights
+from numpyro_dais.engine.validation import check_choice
 
 
 def _cumulative_weights(log_weights: jax.Array) -> jax.Array:
@@ -108,23 +109,19 @@ RULES = {"always": _always, "ess": _ess, "bernoulli": _bernoulli, "never": _neve
 GRADIENTS = ("stop", "gst")
 
 
-def check_options(
-    scheme: str, rule: str, threshold, gradient: str = "stop", temperature=1.0, gap=1.0
-):
-    """Raise ``ValueError`` naming the argument for an unknown or out-of-range option."""
-    for name, value, choices in (
-        ("resampling", scheme, SCHEMES),
-        ("resample_when", rule, RULES),
-        ("resampling_gradient", gradient, GRADIENTS),
-    ):
-        if value not in choices:
-            raise ValueError(f"`{name}` must be one of {sorted(choices)}, got {value!r}.")
+def check_config(config):
+    """Raise ``ValueError`` naming the argument for an unknown or out-of-range option of a
+    :class:`~numpyro_dais.engine.smc.ResamplingConfig` (named as the guides' arguments)."""
+    check_choice("resampling", config.scheme, SCHEMES)
+    check_choice("resample_when", config.when, RULES)
+    check_choice("resampling_gradient", config.gradient, GRADIENTS)
+    threshold = config.ess_threshold
     if isinstance(threshold, bool) or not 0 < threshold <= 1:
         raise ValueError(f"`ess_threshold` must lie in (0, 1], got {threshold!r}.")
-    if not temperature > 0:
-        raise ValueError(f"`gst_temperature` must be positive, got {temperature!r}.")
-    if not gap >= 0:
-        raise ValueError(f"`gst_gap` must be non-negative, got {gap!r}.")
+    if not config.gst_temperature > 0:
+        raise ValueError(f"`gst_temperature` must be positive, got {config.gst_temperature!r}.")
+    if not config.gst_gap >= 0:
+        raise ValueError(f"`gst_gap` must be non-negative, got {config.gst_gap!r}.")
 
 
 # -- gapped straight-through gradients ----------------------------------------------------------

@@ -1,7 +1,7 @@
 """One annealing transition for one particle: uncorrected HMC or overdamped Langevin.
 
 Each kernel maps ``(rng_key, state, step) -> (state, info)`` where ``info.delta`` is the
-log-density ratio of the auxiliary move (``Δ_k`` of algorithms.md §1) and
+log-density ratio of the auxiliary move (``Δ_k``) and
 ``info.log_increment`` is the incremental weight ``log w̃_k`` (0 unless tracked).
 Kernels act on a single particle; callers ``vmap`` them over the particle axis.
 
@@ -16,8 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_dais.engine.annealing import log_gamma
-
-_LOG_2PI = jnp.log(2.0 * jnp.pi)
+from numpyro_dais.engine.validation import check_choice
 
 
 class Potential(NamedTuple):
@@ -43,7 +42,7 @@ class StepParams(NamedTuple):
     beta: jax.Array  # β_k
     step_size: jax.Array  # η_k (HMC) or δ_k (Langevin)
     mass: jax.Array  # (D,) diagonal mass matrix m (HMC only)
-    damping: jax.Array  # ρ ∈ (0, 1) momentum persistence (HMC only)
+    gamma: jax.Array  # γ ∈ (0, 1) momentum damping of the partial refresh (HMC only)
 
 
 class TransitionInfo(NamedTuple):
@@ -84,7 +83,7 @@ def hmc(rng_key, state: ParticleState, step: StepParams, potential: Potential, t
     """Uncorrected HMC step: leapfrog at ``γ_k``, then partial momentum refresh.
 
     ``Δ_k = log N(v̂_k; 0, M) − log N(v_{k-1}; 0, M)``; the refresh
-    ``v_k = ρ v̂_k + sqrt(1 − ρ²) ξ``, ``ξ ~ N(0, M)``, leaves ``N(0, M)`` invariant.
+    ``v_k = γ v̂_k + sqrt(1 − γ²) ξ``, ``ξ ~ N(0, M)``, leaves ``N(0, M)`` invariant.
     """
 
     def grad_log_gamma(z):
@@ -95,7 +94,7 @@ def hmc(rng_key, state: ParticleState, step: StepParams, potential: Potential, t
     z, v_hat = leapfrog(state.z, state.v, grad_log_gamma, step.step_size, step.mass)
     delta = kinetic_log_density(v_hat, step.mass) - kinetic_log_density(state.v, step.mass)
     xi = jnp.sqrt(step.mass) * jax.random.normal(rng_key, jnp.shape(z))
-    v = step.damping * v_hat + jnp.sqrt(1.0 - step.damping**2) * xi
+    v = step.gamma * v_hat + jnp.sqrt(1.0 - step.gamma**2) * xi
     new = init_state(z, v, potential, with_values=track, with_grads=False)
     log_inc = _increment(state, new, step, delta) if track else jnp.zeros(())
     return new, TransitionInfo(delta, log_inc)
@@ -131,3 +130,8 @@ def _increment(old: ParticleState, new: ParticleState, step: StepParams, delta):
 
 
 KERNELS = {"hmc": hmc, "langevin": langevin}
+
+
+def check_kernel(kernel: str):
+    """Raise ``ValueError`` naming ``kernel`` unless it is one of :data:`KERNELS`."""
+    check_choice("kernel", kernel, KERNELS)

@@ -1,4 +1,4 @@
-"""Exact identities of the DAIS engine (algorithms.md §1)."""
+"""Exact identities of the DAIS engine."""
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +15,7 @@ def _target(z):
     return -0.5 * jnp.sum((z - 1.0) ** 2 / jnp.array([0.3, 1.0, 2.0])) + jnp.sin(z[0])
 
 
-POTENTIAL = transitions.Potential(lambda z: gaussian.log_prob(Q0, z), _target)
+TARGET = dais.Target(_target)
 
 
 def _params(K, step=0.2):
@@ -24,26 +24,27 @@ def _params(K, step=0.2):
         betas=annealing.betas_from_increments(increments),
         step_sizes=jnp.full(K, step),
         mass=jnp.array([1.0, 2.0, 0.5]),
-        damping=jnp.array(0.8),
+        gamma=jnp.array(0.8),
     )
 
 
 @pytest.mark.parametrize("kernel", ["hmc", "langevin"])
 def test_incremental_weights_telescope(kernel):
     out = dais.run(
-        jax.random.key(0), Q0, POTENTIAL, _params(6), 32, kernel=kernel, track_increments=True
+        jax.random.key(0), Q0, TARGET, _params(6), 32, kernel=kernel, track_increments=True
     )
-    assert out.log_increments.shape == (6, 32)
+    incs = out.trace.log_increments
+    assert incs.shape == (6, 32)
     # Σ_k log w̃_k = ℓ(z_K) − log q0(z_0) + Σ_k Δ_k: equal up to float32 round-off
-    np.testing.assert_allclose(out.log_increments.sum(0), out.log_weights, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(incs.sum(0), out.log_weights, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out.trace.ess[-1], out.ess, rtol=1e-4)
+    np.testing.assert_allclose(weights.log_mean_exp(out.log_weights), out.log_Z, rtol=1e-6)
 
 
 @pytest.mark.parametrize("kernel", ["hmc", "langevin"])
 def test_tracking_does_not_change_weights(kernel):
-    a = dais.run(jax.random.key(1), Q0, POTENTIAL, _params(4), 8, kernel=kernel)
-    b = dais.run(
-        jax.random.key(1), Q0, POTENTIAL, _params(4), 8, kernel=kernel, track_increments=True
-    )
+    a = dais.run(jax.random.key(1), Q0, TARGET, _params(4), 8, kernel=kernel)
+    b = dais.run(jax.random.key(1), Q0, TARGET, _params(4), 8, kernel=kernel, track_increments=True)
     np.testing.assert_allclose(a.log_weights, b.log_weights, rtol=1e-6)
     np.testing.assert_allclose(a.z, b.z, rtol=1e-6)
 
@@ -69,14 +70,14 @@ def test_zero_step_size_reduces_to_iwvi(kernel):
     params = _params(5, step=0.0)
     if kernel == "langevin":  # δ = 0 is a degenerate Gaussian; use a vanishing step instead
         params = params._replace(step_sizes=jnp.full(5, 1e-12))
-    out = dais.run(jax.random.key(3), Q0, POTENTIAL, params, 64, kernel=kernel)
+    out = dais.run(jax.random.key(3), Q0, TARGET, params, 64, kernel=kernel)
     np.testing.assert_allclose(out.z, out.z0, atol=1e-4)
     iw = jax.vmap(_target)(out.z0) - gaussian.log_prob(Q0, out.z0)
     np.testing.assert_allclose(out.log_weights, iw, rtol=1e-4, atol=1e-4)
 
 
 def test_hmc_momentum_refresh_keeps_gaussian():
-    """The refresh v ← ρv + sqrt(1−ρ²)ξ leaves N(0, M) invariant: with a flat potential and
+    """The refresh v ← γv + sqrt(1−γ²)ξ leaves N(0, M) invariant: with a flat potential and
     tiny steps the final momenta keep variance ``mass`` (4σ tolerance for 20,000 draws)."""
     flat = transitions.Potential(lambda z: 0.0 * jnp.sum(z), lambda z: 0.0 * jnp.sum(z))
     mass = jnp.array([1.0, 2.0, 0.5])
@@ -117,7 +118,7 @@ def test_betas_from_increments():
 
 def test_unknown_kernel():
     with pytest.raises(ValueError, match="kernel"):
-        dais.run(jax.random.key(0), Q0, POTENTIAL, _params(2), 2, kernel="nuts")
+        dais.run(jax.random.key(0), Q0, TARGET, _params(2), 2, kernel="nuts")
 
 
 def test_cholesky_gaussian_matches_scipy():

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from numpyro_dais.engine import resampling
+from numpyro_dais.engine.smc import ResamplingConfig
 
 SCHEMES = sorted(resampling.SCHEMES)
 NUM_DRAWS = 4000  # resampling rounds per statistical check
@@ -159,21 +160,18 @@ def test_bernoulli_single_particle_never_resamples():
 @pytest.mark.parametrize(
     "kwargs, name",
     [
-        (dict(scheme="residual", rule="always", threshold=0.5), "resampling"),
-        (dict(scheme="systematic", rule="sometimes", threshold=0.5), "resample_when"),
-        (dict(scheme="systematic", rule="ess", threshold=0.0), "ess_threshold"),
-        (dict(scheme="systematic", rule="ess", threshold=1.5), "ess_threshold"),
-        (
-            dict(scheme="systematic", rule="ess", threshold=0.5, gradient="reinforce"),
-            "resampling_gradient",
-        ),
-        (dict(scheme="systematic", rule="ess", threshold=0.5, temperature=0.0), "gst_temperature"),
+        (dict(scheme="residual", when="always"), "resampling"),
+        (dict(scheme="systematic", when="sometimes"), "resample_when"),
+        (dict(scheme="systematic", when="ess", ess_threshold=0.0), "ess_threshold"),
+        (dict(scheme="systematic", when="ess", ess_threshold=1.5), "ess_threshold"),
+        (dict(scheme="systematic", when="ess", gradient="reinforce"), "resampling_gradient"),
+        (dict(scheme="systematic", when="ess", gst_temperature=0.0), "gst_temperature"),
     ],
 )
-def test_check_options_names_the_argument(kwargs, name):
+def test_check_config_names_the_argument(kwargs, name):
     with pytest.raises(ValueError, match=f"`{name}`"):
-        resampling.check_options(**kwargs)
+        resampling.check_config(ResamplingConfig(**kwargs))
 
 
-def test_check_options_accepts_threshold_one():
-    resampling.check_options("stratified", "ess", 1.0)
+def test_check_config_accepts_threshold_one():
+    resampling.check_config(ResamplingConfig("stratified", "ess", 1.0))

@@ -9,7 +9,7 @@ import pytest
 
 from numpyro_dais.engine import dais, gaussian, smc, weights
 from numpyro_dais.engine.annealing import linear_betas
-from numpyro_dais.engine.transitions import Potential
+from numpyro_dais.engine.smc import ResamplingConfig
 
 D, K, N = 3, 6, 8
 RULES = ["always", "ess", "bernoulli", "never"]
@@ -26,36 +26,42 @@ def log_target(z):
     )
 
 
-def make(q0=Q0, step_size=0.1):
-    potential = Potential(lambda z: gaussian.log_prob(q0, z), log_target)
+TARGET = dais.Target(log_target)
+
+
+def make(step_size=0.1):
     params = dais.AnnealParams(linear_betas(K), jnp.full(K, step_size), jnp.ones(D), 0.9)
-    return potential, params
+    return TARGET, params
+
+
+def run_smc(key, q0, target, params, n, kernel="hmc", **config):
+    return smc.run(
+        key, q0, target, params, n, kernel=kernel, resampling_config=ResamplingConfig(**config)
+    )
 
 
 @pytest.mark.parametrize("kernel", ["hmc", "langevin"])
 def test_never_reproduces_dais(kernel):
-    potential, params = make()
+    target, params = make()
     key = jax.random.PRNGKey(0)
-    d = jax.jit(lambda k: dais.run(k, Q0, potential, params, N, kernel=kernel))(key)
-    s = jax.jit(
-        lambda k: smc.run(k, Q0, potential, params, N, kernel=kernel, resample_when="never")
-    )(key)
+    d = jax.jit(lambda k: dais.run(k, Q0, target, params, N, kernel=kernel))(key)
+    s = jax.jit(lambda k: run_smc(k, Q0, target, params, N, kernel, when="never"))(key)
     # same random numbers: identical trajectories (up to XLA fusion, ~1 ulp)
     np.testing.assert_allclose(s.z, d.z, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(s.z0, d.z0, rtol=0, atol=0)
     # L = Σ_k log Σ_i W̄ w̃_k telescopes to log (1/N) Σ_i w_i; float32 rounding only
     np.testing.assert_allclose(s.log_Z, weights.log_mean_exp(d.log_weights), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(s.log_weights, d.log_weights, rtol=1e-5, atol=1e-4)
-    assert not np.any(s.resampled)
-    np.testing.assert_array_equal(s.ancestors, np.tile(np.arange(N), (K, 1)))
+    assert not np.any(s.trace.resampled)
+    np.testing.assert_array_equal(s.trace.ancestors, np.tile(np.arange(N), (K, 1)))
 
 
 @functools.cache
 def _many(rule, kernel, num_systems=400):
     """``num_systems`` independent systems (cached: each compilation costs seconds)."""
-    potential, params = make()
+    target, params = make()
     keys = jax.random.split(jax.random.PRNGKey(7), num_systems)
-    f = lambda k: smc.run(k, Q0, potential, params, N, kernel=kernel, resample_when=rule)
+    f = lambda k: run_smc(k, Q0, target, params, N, kernel, when=rule)
     return jax.jit(jax.vmap(f))(keys)
 
 
@@ -65,16 +71,18 @@ CASES = [(rule, "hmc") for rule in RULES] + [("bernoulli", "langevin"), ("always
 @pytest.mark.parametrize("rule, kernel", CASES)
 def test_outputs(rule, kernel):
     out = jax.tree.map(lambda x: x[0], _many(rule, kernel))
+    tr = out.trace
     assert out.z.shape == (N, D) and out.log_weights.shape == (N,)
-    assert out.ess.shape == (K,) and out.resampled.shape == (K,) and out.log_Z.shape == ()
-    assert out.ancestors.shape == (K, N) and out.log_increments.shape == (K, N)
-    assert not bool(out.resampled[0])  # no resampling before the first transition
-    assert np.all((out.ess >= 1 - 1e-4) & (out.ess <= N + 1e-4))
+    assert tr.ess.shape == (K,) and tr.resampled.shape == (K,) and out.log_Z.shape == ()
+    assert tr.ancestors.shape == (K, N) and tr.log_increments.shape == (K, N)
+    assert not bool(tr.resampled[0])  # no resampling before the first transition
+    assert np.all((tr.ess >= 1 - 1e-4) & (tr.ess <= N + 1e-4))
+    np.testing.assert_allclose(out.ess, tr.ess[-1])
     if rule == "always":
-        assert np.all(out.resampled[1:])
-    a = np.asarray(out.ancestors)
+        assert np.all(tr.resampled[1:])
+    a = np.asarray(tr.ancestors)
     assert a.min() >= 0 and a.max() < N
-    assert np.all(a[~np.asarray(out.resampled)] == np.arange(N))
+    assert np.all(a[~np.asarray(tr.resampled)] == np.arange(N))
     # the final log weights average to the bound
     np.testing.assert_allclose(weights.log_mean_exp(out.log_weights), out.log_Z, atol=1e-5)
 
@@ -94,7 +102,7 @@ def test_bound_and_unbiased_evidence(rule, kernel):
 
 
 def test_bernoulli_decisions_are_independent_per_system():
-    flags = np.asarray(_many("bernoulli", "langevin").resampled)
+    flags = np.asarray(_many("bernoulli", "langevin").trace.resampled)
     # some transitions resample in some systems and not in others
     frac = flags[:, 1:].mean(0)
     assert np.any((frac > 0) & (frac < 1))
@@ -106,13 +114,12 @@ GRAD_KEY = jax.random.PRNGKey(3)
 @functools.cache
 def _grad(rule, gradient):
     key = GRAD_KEY
-    potential, params = make()
+    target, params = make()
 
     def bound(step_sizes, loc):
         q0 = gaussian.Gaussian(loc, Q0.scale)
-        pot = Potential(lambda z: gaussian.log_prob(q0, z), potential.log_target)
         p = params._replace(step_sizes=step_sizes)
-        return smc.run(key, q0, pot, p, N, resample_when=rule, resampling_gradient=gradient).log_Z
+        return run_smc(key, q0, target, p, N, when=rule, gradient=gradient).log_Z
 
     return jax.jit(jax.value_and_grad(bound, argnums=(0, 1)))(params.step_sizes, Q0.loc)
 
@@ -128,9 +135,10 @@ def test_gradients_finite_and_gst_changes_only_the_gradient():
 def test_stop_gradient_resampling_treats_ancestors_as_constants():
     # With gradients stopped, the bound's gradient equals that of the same computation with
     # the drawn ancestors fed back in as constants: resampling contributes no gradient.
-    potential, params = make()
+    target, params = make()
     key = GRAD_KEY
-    fixed = np.asarray(smc.run(key, Q0, potential, params, N, resample_when="always").ancestors)
+    fixed = np.asarray(run_smc(key, Q0, target, params, N, when="always").trace.ancestors)
+    potential = dais.potential(Q0, target)
 
     def with_fixed_ancestors(step_sizes):
         p = params._replace(step_sizes=step_sizes)
@@ -155,12 +163,11 @@ def test_stop_gradient_resampling_treats_ancestors_as_constants():
 
 
 def test_bad_options_raise():
-    potential, params = make()
+    target, params = make()
+    key = jax.random.PRNGKey(0)
     with pytest.raises(ValueError, match="`resampling`"):
-        smc.run(jax.random.PRNGKey(0), Q0, potential, params, N, resampling_scheme="residual")
+        run_smc(key, Q0, target, params, N, scheme="residual")
     with pytest.raises(ValueError, match="`ess_threshold`"):
-        smc.run(
-            jax.random.PRNGKey(0), Q0, potential, params, N, resample_when="ess", ess_threshold=0.0
-        )
+        run_smc(key, Q0, target, params, N, when="ess", ess_threshold=0.0)
     with pytest.raises(ValueError, match="`kernel`"):
-        smc.run(jax.random.PRNGKey(0), Q0, potential, params, N, kernel="mala")
+        run_smc(key, Q0, target, params, N, kernel="mala")

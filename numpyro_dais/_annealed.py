@@ -1,0 +1,606 @@
+"""The one NumPyro adapter over the annealing samplers.
+
+:class:`AnnealedGuide` owns ``q0`` and the annealing parameters as ``numpyro.param`` sites,
+a target (:mod:`numpyro_dais.targets`: what the dynamics follow and what the final weight
+uses) and a sampler (:mod:`numpyro_dais.engine.samplers`: DAIS or SMC). ``AutoDAIS``,
+``AutoDSMCS``, ``AutoSurrogateLikelihoodDAIS`` and ``AutoSurrogateLikelihoodDSMCS`` are
+presets of it that only choose the target and the sampler.
+
+References: Geffner & Domke (2021); Zhang et al. (2021); Zenn & Bamler (2023), DAIS₀ and
+DSMCS; Jankowiak & Phan (2022), SL-DAIS.
+"""
+
+import math
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from numpyro import handlers
+from numpyro.distributions import constraints
+from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffine
+from numpyro.infer.initialization import init_to_uniform
+
+from numpyro_dais import _numpyro
+from numpyro_dais._autoguide import (
+    ContinuousGuide,
+    check_batch_size,
+    check_choice,
+    check_positive_float,
+    check_positive_int,
+    check_sample_shape,
+    check_step_sizes,
+    jit_by_leaves,
+    map_batched,
+    map_chunks,
+    report_diverged,
+)
+from numpyro_dais.engine import curvature, dais, dais0, gaussian, samplers, weights
+from numpyro_dais.engine.annealing import betas_from_increments
+from numpyro_dais.engine.transitions import KERNELS
+
+POSTERIOR_METHODS = ("q0", "dais", "importance")
+BASE_DISTS = ("diagonal", "cholesky")
+
+
+class LogEvidence(NamedTuple):
+    """Result of ``log_evidence``: an AIS (or SMC) estimate of ``log Z`` and its ESS."""
+
+    log_Z: jax.Array
+    """``()`` estimate of ``log Z = log p(x)`` (log-mean-exp of the weights)."""
+    ess: jax.Array
+    """``()`` effective sample size of those weights, in ``[1, num_particles]``."""
+
+
+class TransportReport(NamedTuple):
+    """Result of ``transport_check``: ``q0`` against the annealed end points."""
+
+    ok: bool
+    """``True`` when every coordinate is within both tolerances."""
+    mean_shift: dict
+    """``{site: array}`` ``(mean_q0 − mean_end) / std_end``, in the unconstrained space."""
+    std_ratio: dict
+    """``{site: array}`` ``std_q0 / std_end``, in the unconstrained space."""
+    worst: str
+    """The coordinate (e.g. ``"w[0]"``) with the largest standardised mean shift."""
+    message: str
+    """A one-paragraph verdict, with the fix when ``ok`` is ``False``."""
+
+
+class SMCDiagnostics(NamedTuple):
+    """Result of ``diagnostics``, per particle system."""
+
+    ess: jax.Array
+    """``(..., K)`` ESS of the weights after transition ``k``, in ``[1, N]``."""
+    resampled: jax.Array
+    """``(..., K)`` bool: resampled just before transition ``k`` (never for DAIS)."""
+    log_Z: jax.Array
+    """``(...,)`` the bound's value ``L = log Ẑ`` of each particle system."""
+
+
+def preset_options(local_vars):
+    """A preset's ``locals()`` without ``self``, ``model`` and ``__class__``: the options it
+    hands on to :class:`AnnealedGuide` unchanged."""
+    return {k: v for k, v in local_vars.items() if k not in ("self", "model", "__class__")}
+
+
+class AnnealedGuide(ContinuousGuide):
+    """Annealing from a Gaussian ``q0`` to a target with ``K`` learnt transitions.
+
+    Subclass it with a preset ``__init__`` that picks ``target`` (a
+    :mod:`numpyro_dais.targets` object) and ``resampling`` (``None``: DAIS; a
+    :class:`~numpyro_dais.engine.smc.ResamplingConfig`: SMC); the options are documented on
+    :class:`~numpyro_dais.AutoDAIS`.
+    """
+
+    _options = ContinuousGuide._options + (
+        "K",
+        "num_particles",
+        "kernel",
+        "base_dist",
+        "eta_init",
+        "eta_max",
+        "gamma_init",
+        "init_scale",
+        "posterior_method",
+        "sym_kl_weight",
+        "report_divergences",
+    )
+
+    def __init__(
+        self,
+        model,
+        target,
+        resampling=None,
+        *,
+        K,
+        num_particles,
+        kernel,
+        base_dist,
+        eta_init,
+        eta_max,
+        gamma_init,
+        prefix,
+        init_loc_fn,
+        init_scale,
+        posterior_method,
+        sym_kl_weight,
+        report_divergences,
+        forward_mode_differentiation,
+    ):
+        self.K = check_positive_int("K", K)
+        self.num_particles = check_positive_int("num_particles", num_particles)
+        check_choice("kernel", kernel, KERNELS)
+        check_choice("base_dist", base_dist, BASE_DISTS)
+        check_choice("posterior_method", posterior_method, POSTERIOR_METHODS)
+        check_step_sizes(eta_init, eta_max)
+        if not 0 < gamma_init < 1:
+            raise ValueError(f"`gamma_init` must lie in (0, 1), got {gamma_init!r}.")
+        self.init_scale = check_positive_float("init_scale", init_scale)
+        if sym_kl_weight is None:
+            sym_kl_weight = 1.0 if posterior_method == "q0" else 0.0
+        if isinstance(sym_kl_weight, bool) or not (
+            np.isfinite(sym_kl_weight) and sym_kl_weight >= 0
+        ):
+            raise ValueError(
+                "`sym_kl_weight` must be a finite number >= 0 (0: q0 trained on the bound "
+                f"alone), got {sym_kl_weight!r}."
+            )
+        self._sampler = samplers.Sampler(kernel, resampling)
+        samplers.check(self._sampler)
+        self.kernel = kernel
+        self.base_dist = base_dist
+        self.eta_init = eta_init
+        self.eta_max = eta_max
+        self.gamma_init = gamma_init
+        self.posterior_method = posterior_method
+        self.sym_kl_weight = float(sym_kl_weight)
+        self.report_divergences = report_divergences
+        self.curvature = None  # λ behind the default step sizes, measured at set-up
+        self._step_bounds = None  # (eta_init, eta_max) in use, fixed at set-up
+        self._target = target
+        super().__init__(
+            model,
+            prefix=prefix,
+            init_loc_fn=init_loc_fn,
+            forward_mode_differentiation=forward_mode_differentiation,
+        )
+
+    @property
+    def supports_subsampling(self):
+        return self._target.supports_subsampling
+
+    @property
+    def target(self):
+        """The target object (:mod:`numpyro_dais.targets`): what the dynamics follow."""
+        return self._target
+
+    def annealing_target(self, params, *args, rng_key=None, **kwargs) -> dais.Target:
+        """The engine's :class:`~numpyro_dais.engine.dais.Target` for ``params`` and the data
+        ``*args, **kwargs``: ``log_dynamics(z)`` is what the transitions follow (the full or
+        surrogate log joint, or a mini-batch drawn with ``rng_key``) and ``log_final(z)``
+        (``None``: the same) the full-data term of the weight. For inspection and tests;
+        ``z`` is flat and unconstrained, as in ``get_posterior``.
+        """
+        model_params = self._params_from(params)[2]
+        if not args and not kwargs and not self._target.dynamics_need_data:
+            args, kwargs = self._setup_args
+        key = jax.random.key(0) if rng_key is None else rng_key
+        return self._target.build(self._view, args, kwargs, model_params, key)
+
+    # -- set-up -------------------------------------------------------------------------------
+
+    def _setup_prototype(self, *args, **kwargs):
+        super()._setup_prototype(*args, **kwargs)
+        self._target.setup(self._view, self.prototype_trace, args, kwargs, self.prefix)
+
+    def _resolve_step_sizes(self, args, kwargs, params):
+        """Fix ``(eta_init, eta_max)`` at set-up, from the curvature where not given."""
+        if self._step_bounds is not None:
+            return
+        eta_init, eta_max = self.eta_init, self.eta_max
+        if eta_max is None:
+            key = jax.random.key(0)  # a fixed start: the set-up is deterministic
+            init = _numpyro.init_latent(self)
+            dynamics = self._target.dynamics(self._view, args, kwargs, params, key)
+            lam = curvature.max_eigenvalue(key, dynamics, init)
+            try:
+                lam = float(lam)
+            except jax.errors.ConcretizationTypeError:
+                lam = float("nan")  # set up under jit: fall back to the q0 curvature
+            if not np.isfinite(lam):
+                lam = 0.0
+            self.curvature = max(lam, 1.0 / self.init_scale**2)
+            eta_max = (
+                1.0 / math.sqrt(self.curvature) if self.kernel == "hmc" else 1.0 / self.curvature
+            )
+            if eta_init is not None and eta_init >= eta_max:
+                eta_max = 10.0 * eta_init
+        if eta_init is None:
+            eta_init = eta_max / 10.0
+        self._step_bounds = (float(eta_init), float(eta_max))
+
+    def _step_info(self):
+        """What the step sizes are and how to fix them, for divergence warnings."""
+        eta_max = self._step_bounds[1]
+        power = "1 / sqrt(λ)" if self.kernel == "hmc" else "1 / λ"
+        if self.curvature is None:
+            return (
+                f"The step sizes are capped at eta_max = {eta_max:.3g} (given): lower "
+                "`eta_max` and `eta_init`, or leave both unset to derive them from the "
+                "posterior's curvature."
+            )
+        return (
+            f"The curvature measured at set-up, λ ≈ {self.curvature:.3g}, set eta_max = "
+            f"{power} = {eta_max:.3g}; the posterior is stiffer than at the initial point: "
+            "pass a smaller `eta_max` (and `eta_init`), or start nearer the posterior "
+            "(`init_loc_fn=init_to_median`)."
+        )
+
+    # -- parameters -------------------------------------------------------------------------
+
+    def _q0(self) -> gaussian.Gaussian:
+        p, D = self.prefix, self.latent_dim
+        loc = numpyro.param(f"{p}_z_0_loc", _numpyro.init_latent(self))
+        if self.base_dist == "diagonal":
+            scale = numpyro.param(
+                f"{p}_z_0_scale", jnp.full(D, self.init_scale), constraint=constraints.positive
+            )
+        else:
+            scale = numpyro.param(
+                f"{p}_z_0_scale_tril",
+                jnp.eye(D) * self.init_scale,
+                constraint=constraints.scaled_unit_lower_cholesky,
+            )
+        return gaussian.Gaussian(loc, scale)
+
+    def _anneal_params(self) -> dais.AnnealParams:
+        p, D, K = self.prefix, self.latent_dim, self.K
+        increments = numpyro.param(
+            f"{p}_beta_increments", jnp.ones(K), constraint=constraints.positive
+        )
+        # before set-up (params given from outside) the bounds do not matter: substituted
+        eta_init, eta_max = self._step_bounds or (0.01, 0.1)
+        step_sizes = numpyro.param(
+            f"{p}_step_size", jnp.full(K, eta_init), constraint=constraints.interval(0.0, eta_max)
+        )
+        if self.kernel == "hmc":
+            mass = numpyro.param(f"{p}_mass_matrix", jnp.ones(D), constraint=constraints.positive)
+            # Only η/√m enters the position update, so an unnormalised mass matrix would let
+            # training undo the `eta_max` cap: keep its geometric mean at 1.
+            mass = mass / jnp.exp(jnp.mean(jnp.log(mass)))
+            gamma = numpyro.param(
+                f"{p}_gamma", self.gamma_init, constraint=constraints.interval(0.0, 1.0)
+            )
+        else:  # the Langevin kernel has no momentum
+            mass, gamma = jnp.ones(D), jnp.zeros(())
+        return dais.AnnealParams(betas_from_increments(increments), step_sizes, mass, gamma)
+
+    def _guide_params(self):
+        return self._q0(), self._anneal_params()
+
+    def _model_params(self):
+        """The model's current parameters and the target's own (e.g. surrogate weights)."""
+        own = {
+            name: numpyro.param(name, value, **kw)
+            for name, (value, kw) in self._target.param_sites().items()
+        }
+        return {**super()._model_params(), **own}
+
+    def _model_params_from(self, params):
+        own = {k: jnp.asarray(params[k]) for k in self._target.param_sites() if k in params}
+        return {**super()._model_params_from(params), **own}
+
+    def _params_from(self, params):
+        """``(q0, anneal, model_params)`` from an SVI ``params`` dict, checked first."""
+        self._check_params(params, lambda: (self._guide_params(), self._model_params()))
+        params = {k: jnp.asarray(v) for k, v in params.items()}
+        q0, anneal = handlers.substitute(self._guide_params, data=params)()
+        return q0, anneal, self._model_params_from(params)
+
+    # -- the sampler on a target -----------------------------------------------------------------
+
+    def _data(self, args, kwargs, method):
+        """The arguments a ``method`` runs on: the call's, or (for a target that needs no data)
+        those of set-up when the call has none."""
+        if args or kwargs:
+            if method != "dais" or self._target.dynamics_need_data:
+                self._check_has_observations(args, kwargs, method)
+            return args, kwargs
+        if method == "dais" and not self._target.dynamics_need_data:
+            return self._setup_args
+        raise ValueError(
+            f"{type(self).__name__}: method={method!r} runs the annealing on the data; pass "
+            "the model's arguments, e.g. sample_posterior(key, params, X, y, method=...). "
+            "method='q0' needs no data."
+        )
+
+    def _run(self, rng_key, q0, anneal, params, args, kwargs, N, final, batch=None, trace=False):
+        """One particle system of ``N`` on the target built for this call."""
+        key_target, key_run = jax.random.split(rng_key)
+        target = self._target.build(
+            self._view, args, kwargs, params, key_target, final=final, batch=batch
+        )
+        return samplers.run(self._sampler, key_run, q0, target, anneal, N, trace=trace)
+
+    # -- training call ----------------------------------------------------------------------------
+
+    def _sample_latent(self, *args, **kwargs):
+        kwargs.pop("sample_shape", None)
+        rng_key = numpyro.prng_key()
+        params = self._model_params()
+        self._resolve_step_sizes(args, kwargs, params)
+        q0, anneal = self._guide_params()
+        if not _numpyro.in_loss():
+            # e.g. Predictive: draw as sample_posterior does
+            method = self.posterior_method
+            if method != "q0":
+                args, kwargs = self._data(args, kwargs, method)
+            return self._draw(rng_key, q0, anneal, params, args, kwargs, method, 1)[0]
+        q0, anneal, params = self._bound_safe((q0, anneal, params))
+        key_run, key_sym, key_pick = jax.random.split(rng_key, 3)
+        N = self.num_particles
+        if N == 1:  # the model's own term of the ELBO supplies ℓ(z_K)
+            out = self._run(key_run, q0, anneal, params, args, kwargs, N, final="omit")
+        else:
+            batch = self._target.bound_batch()
+            out = self._run(key_run, q0, anneal, params, args, kwargs, N, "target", batch)
+        if self.report_divergences:
+            report_diverged(type(self).__name__, out.num_diverged, N, self._step_info())
+        objective = out.log_Z + self._sym_kl_term(q0, params, args, kwargs, out, key_sym)
+        # Hand one particle to the model, picked by its weight (so the model's deterministic
+        # sites see a posterior-like draw). The factor makes the ELBO equal the objective:
+        # ELBO = ℓ(z*) − (ℓ(z*) − objective).
+        idx = jax.random.categorical(key_pick, jax.lax.stop_gradient(out.log_weights))
+        _numpyro.emit_log_weight(f"{self.prefix}_log_weight", out.log_final_target[idx] - objective)
+        return out.z[idx]
+
+    def _sym_kl_term(self, q0, params, args, kwargs, out, rng_key):
+        """``−(w / K) · Ĵ`` with value 0: only its gradient, in ``q0``'s parameters, counts.
+
+        ``Ĵ`` estimates ``KL(q0 ‖ p) + KL(p ‖ q0)`` (:func:`engine.dais0.symmetrized_kl`);
+        the model's parameters are held fixed in it, and the particles and weights are
+        stopped, so the transitions and the model see only the bound.
+        """
+        if not self.sym_kl_weight:
+            return 0.0
+        fixed = jax.lax.stop_gradient(params)
+        key_target, _ = jax.random.split(rng_key)
+        dynamics = self._target.dynamics(self._view, args, kwargs, fixed, key_target)
+        J = dais0.symmetrized_kl(
+            lambda z: gaussian.log_prob(q0, z), dynamics, out.z0, out.z, out.log_weights
+        )
+        return -(self.sym_kl_weight / self.K) * (J - jax.lax.stop_gradient(J))
+
+    # -- posterior access -----------------------------------------------------------------------
+
+    def _draw(self, rng_key, q0, anneal, params, args, kwargs, method, num_draws, batch_size=None):
+        """``num_draws`` flat unconstrained draws ``(S, D)`` by ``method``."""
+        if method == "q0":
+            return gaussian.sample(rng_key, q0, (num_draws,))
+        if method == "dais":
+            run = lambda k, n: self._run(k, q0, anneal, params, args, kwargs, n, "omit").z
+            return map_chunks(run, rng_key, num_draws, batch_size)
+
+        def importance(key):
+            key_run, key_pick = jax.random.split(key)
+            out = self._run(key_run, q0, anneal, params, args, kwargs, self.num_particles, "target")
+            return out.z[jax.random.categorical(key_pick, out.log_weights)]
+
+        return map_batched(importance, jax.random.split(rng_key, num_draws), batch_size)
+
+    def sample_posterior(
+        self, rng_key, params, *args, sample_shape=(), method=None, batch_size=None, **kwargs
+    ):
+        """Posterior draws, vectorised.
+
+        :param method: ``"q0"`` (DAIS₀: draws of the trained ``q0``; needs no data),
+            ``"dais"`` (end points ``z_K`` of the annealing) or ``"importance"`` (an end point
+            resampled by weight from each system of ``num_particles``). Defaults to the
+            guide's ``posterior_method``. The last two anneal to the posterior of the data
+            passed here (the training data).
+        :param batch_size: draws computed at once (bounds memory); ``None``: all at once.
+        :return: dict of site values with leading shape ``sample_shape``.
+        """
+        method = self.posterior_method if method is None else method
+        check_choice("method", method, POSTERIOR_METHODS)
+        sample_shape = check_sample_shape(sample_shape)
+        batch_size = check_batch_size(batch_size)
+        q0, anneal, model_params = self._params_from(params)
+        if method != "q0":
+            args, kwargs = self._data(args, kwargs, method)
+        if not hasattr(self, "_jit_sample_posterior"):
+            self._jit_sample_posterior = jit_by_leaves(self._sample_posterior)
+        return self._jit_sample_posterior(
+            rng_key,
+            (q0, anneal, model_params),
+            params,
+            args,
+            kwargs,
+            sample_shape,
+            method,
+            batch_size,
+        )
+
+    def _sample_posterior(
+        self, rng_key, state, params, args, kwargs, sample_shape, method, batch_size
+    ):
+        q0, anneal, model_params = state
+        n = self._num_draws(sample_shape)
+        latents = self._draw(rng_key, q0, anneal, model_params, args, kwargs, method, n, batch_size)
+        return self._reshape_draws(
+            self._constrain(latents, params, args, kwargs, batch_size), sample_shape
+        )
+
+    def log_evidence(
+        self, rng_key, params, *args, num_particles=1000, batch_size=None, **kwargs
+    ) -> LogEvidence:
+        """Estimate ``log Z = log p(x)`` from ``num_particles`` weighted particles (in systems
+        of at most ``batch_size``), on the full data passed here.
+
+        The estimate is biased low by ``O(1/ess)``; the ESS says how far to trust it.
+        """
+        num_particles = check_positive_int("num_particles", num_particles)
+        batch_size = check_batch_size(batch_size)
+        state = self._params_from(params)
+        args, kwargs = self._data(args, kwargs, "importance")
+        if not hasattr(self, "_jit_log_evidence"):
+            self._jit_log_evidence = jit_by_leaves(self._log_evidence)
+        return self._jit_log_evidence(rng_key, state, args, kwargs, num_particles, batch_size)
+
+    def _log_evidence(self, rng_key, state, args, kwargs, num_particles, batch_size):
+        q0, anneal, params = state
+        run = lambda k, n: self._run(k, q0, anneal, params, args, kwargs, n, "target").log_weights
+        log_w = map_chunks(run, rng_key, num_particles, batch_size)
+        return LogEvidence(weights.log_mean_exp(log_w), weights.ess(log_w))
+
+    def diagnostics(self, rng_key, params, *args, num_systems=None, **kwargs) -> SMCDiagnostics:
+        """ESS per transition, resampling flags and ``log Ẑ`` of fresh particle systems of
+        ``num_particles``, on the full data passed here.
+
+        :param params: trained parameters (``svi_result.params``).
+        :param num_systems: ``None`` for one system (shapes ``(K,)``, ``(K,)``, ``()``), or
+            an int ``S`` for ``S`` independent systems (a leading ``(S,)`` axis).
+        """
+        q0, anneal, model_params = self._params_from(params)
+        args, kwargs = self._data(args, kwargs, "importance")
+        N = self.num_particles
+
+        def one(key):
+            out = self._run(key, q0, anneal, model_params, args, kwargs, N, "target", trace=True)
+            return SMCDiagnostics(out.trace.ess, out.trace.resampled, out.log_Z)
+
+        if num_systems is None:
+            return one(rng_key)
+        num_systems = check_positive_int("num_systems", num_systems)
+        return jax.vmap(one)(jax.random.split(rng_key, num_systems))
+
+    def transport_check(
+        self,
+        rng_key,
+        params,
+        *args,
+        num_samples=2000,
+        mean_tol=0.5,
+        std_ratio_tol=2.0,
+        batch_size=None,
+        warn=True,
+        **kwargs,
+    ) -> TransportReport:
+        """Check that ``q0`` (DAIS₀) agrees with the importance-resampled end points.
+
+        Learnt transitions can *transport* a misplaced ``q0`` to the posterior: the bound
+        is then tight and the end points right, but ``q0`` draws are not. This draws
+        ``num_samples`` end points (``method="importance"``, so it needs the data) and
+        compares each unconstrained coordinate: the mean shift in end-point standard
+        deviations must stay below ``mean_tol`` and the std ratio within
+        ``[1 / std_ratio_tol, std_ratio_tol]`` (a diagonal ``q0`` fitted by the
+        symmetrised KL is narrower than the marginals of a correlated posterior: ratio
+        ``(1 − ρ²)^{1/4}`` for correlation ``ρ``). With ``warn=True`` a failed check also
+        raises a ``UserWarning`` carrying the fix.
+        """
+        num_samples = check_positive_int("num_samples", num_samples, minimum=2)
+        q0, anneal, model_params = self._params_from(params)
+        args, kwargs = self._data(args, kwargs, "importance")
+        end = self._draw(
+            rng_key,
+            q0,
+            anneal,
+            model_params,
+            args,
+            kwargs,
+            "importance",
+            num_samples,
+            check_batch_size(batch_size),
+        )
+        check = dais0.transport_check(q0, end)
+        shift, ratio = np.asarray(check.mean_shift), np.exp(np.asarray(check.log_std_ratio))
+        names = self._coordinate_names()
+        bad_mean = np.abs(shift) > mean_tol
+        bad_std = (ratio > std_ratio_tol) | (ratio < 1.0 / std_ratio_tol)
+        ok = not bool(np.any(bad_mean | bad_std))
+        i = int(np.argmax(np.abs(shift)))
+        j = int(np.argmax(np.abs(np.log(ratio))))
+        summary = (
+            f"largest mean shift {shift[i]:+.2f} end-point sds at {names[i]}, "
+            f"largest std ratio {ratio[j]:.2f} at {names[j]}"
+        )
+        if ok:
+            message = f"{type(self).__name__}: q0 agrees with the annealed end points ({summary})."
+        else:
+            fix = (
+                f"raise `sym_kl_weight` (now {self.sym_kl_weight:g}) or train longer"
+                if self.sym_kl_weight
+                else "train with `sym_kl_weight=1` (the default for posterior_method='q0')"
+            )
+            message = (
+                f"{type(self).__name__}: q0 disagrees with the annealed end points ("
+                f"{summary}; tolerances {mean_tol:g} sds and a ratio of {std_ratio_tol:g}). "
+                "The transitions carry particles to the posterior instead of refining q0, "
+                "so q0 draws (DAIS₀, median, quantiles) are not a faithful posterior. "
+                f"Fix: {fix}; or use sample_posterior(..., method='importance'), whose "
+                "draws are the end points checked here."
+            )
+            if np.any(bad_std) and not np.any(bad_mean) and self.base_dist == "diagonal":
+                message += (
+                    " Only the spread disagrees: for a strongly correlated posterior use "
+                    "base_dist='cholesky'."
+                )
+            if warn:
+                warnings.warn(message, UserWarning, stacklevel=2)
+        unpack = lambda x: {k: np.asarray(v) for k, v in self._view.unpack(x).items()}
+        return TransportReport(ok, unpack(shift), unpack(ratio), names[i], message)
+
+    # -- q0 as an explicit posterior (DAIS₀) -----------------------------------------------------
+
+    def get_base_dist(self):
+        """The standard normal ``N(0, I_D)`` that :meth:`get_transform` maps to ``q0``."""
+        self._check_set_up()
+        return dist.Normal(jnp.zeros(self.latent_dim), 1.0).to_event(1)
+
+    def get_transform(self, params):
+        """The affine map from :meth:`get_base_dist` to ``q0`` (unconstrained space)."""
+        q0 = self._params_from(params)[0]
+        if gaussian.is_diagonal(q0):
+            return AffineTransform(q0.loc, q0.scale, domain=constraints.real_vector)
+        return LowerCholeskyAffine(q0.loc, q0.scale)
+
+    def get_posterior(self, params):
+        """``q0`` in the unconstrained space, as a NumPyro distribution."""
+        q0 = self._params_from(params)[0]
+        if gaussian.is_diagonal(q0):
+            return dist.Normal(q0.loc, q0.scale).to_event(1)
+        return dist.MultivariateNormal(q0.loc, scale_tril=q0.scale)
+
+    def median(self, params):
+        """Posterior median from ``q0`` (its mean, constrained), as a dict of site values."""
+        return self._transform(self._params_from(params)[0].loc)
+
+    def quantiles(self, params, quantiles):
+        """Posterior quantiles from ``q0`` (marginal normal quantiles, constrained).
+
+        :param quantiles: array of quantiles in ``(0, 1)``, e.g. ``[0.05, 0.5, 0.95]``.
+        :return: dict of site values with a leading axis over ``quantiles``.
+        """
+        q = np.asarray(quantiles, dtype=float)
+        if not np.all((q > 0) & (q < 1)):
+            raise ValueError(
+                f"`quantiles` must lie strictly inside (0, 1), got {quantiles!r}; q0 is a "
+                "Gaussian, whose 0 and 1 quantiles are infinite."
+            )
+        q0 = self._params_from(params)[0]
+        normal_q = dist.Normal(0.0, 1.0).icdf(jnp.asarray(q))
+        return self._transform(q0.loc + normal_q[..., None] * gaussian.marginal_std(q0))
+
+
+__all__ = [
+    "AnnealedGuide",
+    "LogEvidence",
+    "SMCDiagnostics",
+    "TransportReport",
+    "init_to_uniform",
+    "preset_options",
+]

@@ -1,0 +1,160 @@
+"""Every use of NumPyro's private API, in one place (tested with numpyro 0.22).
+
+Each function says why it is needed and what breaks if NumPyro changes it; nothing else in
+the package touches a private NumPyro name. ``AutoContinuous`` internals (``_init_latent``,
+``_unpack_latent``, ``prototype_trace``) are reached through :func:`init_latent` and
+:func:`unpack_latent`.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpyro
+import numpyro.distributions as dist
+from numpyro import handlers
+from numpyro.primitives import _PYRO_STACK, Messenger, _subsample_fn
+
+
+def init_latent(guide) -> jax.Array:
+    """The flat unconstrained initial point ``(D,)`` that ``AutoContinuous._setup_prototype``
+    builds from ``init_loc_fn``. Renamed or removed upstream: ``q0``'s initial mean and the
+    curvature at set-up fail with an ``AttributeError``."""
+    return guide._init_latent
+
+
+def unpack_latent(guide, z: jax.Array) -> dict:
+    """Flat unconstrained ``z (..., D)`` to ``{site: unconstrained value}`` with
+    ``AutoContinuous._unpack_latent`` (batch dimensions allowed). It is the one map between
+    the engine's vectors and the model's sites; if it changes, every guide breaks at set-up."""
+    return guide._unpack_latent(z)
+
+
+def in_loss() -> bool:
+    """Whether the guide runs inside an ELBO (``True``) or under ``Predictive`` (``False``).
+
+    ``Predictive`` runs the guide under ``handlers.mask(mask=False)``, so ``get_mask()`` is
+    exactly ``False`` there and ``None``/an array inside a loss. If ``Predictive`` stops
+    masking, ``Predictive(model, guide=g)`` would run the sampler's training path: it still
+    returns a posterior draw (a weighted end point), not the guide's ``posterior_method``.
+    """
+    return numpyro.get_mask() is not False
+
+
+def enclosing_trace_values(names) -> dict:
+    """Values of the sites ``names`` recorded by the ``handlers.trace`` frames that enclose
+    this call (innermost first), read from ``_PYRO_STACK``.
+
+    Inside an ``AutoGuideList`` the sites that a part's model hides (``handlers.block``) are
+    drawn earlier by other parts; the dynamics condition on them. If ``_PYRO_STACK`` or
+    ``trace.trace`` change, such compositions fail with a clear "hidden sites" error.
+    """
+    found = {}
+    for frame in reversed(_PYRO_STACK):
+        if isinstance(frame, handlers.trace):
+            found.update(
+                {k: frame.trace[k]["value"] for k in names if k in frame.trace and k not in found}
+            )
+    return found
+
+
+def subsample_indices(size: int, subsample_size: int, rng_key) -> jax.Array:
+    """A mini-batch of ``subsample_size`` of ``size`` indices drawn as ``numpyro.plate``
+    draws them (``numpyro.primitives._subsample_fn``), so NS-DAIS's dynamics see batches
+    distributed exactly like the model's. If it moves, NS-DAIS fails at import."""
+    return _subsample_fn(size, subsample_size, rng_key)
+
+
+def guide_plate_indices(name: str, size: int, subsample_size: int) -> jax.Array:
+    """Open the plate ``name`` in the guide and return its mini-batch indices (the plate's
+    ``_indices``). ``SVI`` replays a guide plate's indices into the model, so the guide's
+    multi-particle bound and the model's own term use the same rows. If ``_indices`` is
+    renamed, ``num_particles > 1`` with a subsampled plate fails with an ``AttributeError``."""
+    return numpyro.plate(name, size, subsample_size=subsample_size)._indices
+
+
+class LogWeight(dist.Unit):
+    """A ``numpyro.factor`` distribution with a reparameterised ``log_factor``.
+
+    ``dist.Unit`` reports ``has_rsample = False``, so ``TraceGraph_ELBO`` stops the gradient
+    of an ordinary guide factor and would silently train on a zero gradient. Declaring
+    ``log_factor`` reparameterised keeps it under every numpyro ELBO. If NumPyro's ELBOs
+    stop reading ``reparametrized_params``, ``tests/test_autodais.py`` (same gradient under
+    ``Trace_ELBO`` and ``TraceGraph_ELBO``) fails.
+    """
+
+    reparametrized_params = ["log_factor"]
+
+
+def emit_log_weight(name, log_factor):
+    """Guide-side factor (observed auxiliary site): ``Trace_ELBO`` subtracts it, so the ELBO
+    changes by ``-log_factor``."""
+    unit = LogWeight(log_factor)
+    numpyro.sample(name, unit, obs=unit.sample(None), infer={"is_auxiliary": True})
+
+
+class FixPlates(Messenger):
+    """Sets the indices of subsample plates, ``{name: (n,) indices}``; a plate of size ``Nd``
+    then scales its sites by ``Nd / n`` (by 1 when ``n = Nd``).
+
+    Relies on the layout of plate messages (``msg["args"] = (size, subsample_size, dim)``,
+    ``msg["value"]`` the indices): if it changes, SL-DAIS's final term and NS-DAIS's
+    dynamics read the wrong rows, which the reduction tests of ``tests/test_autosldais.py``
+    catch.
+    """
+
+    def __init__(self, indices):
+        self.indices = indices
+        super().__init__()
+
+    def process_message(self, msg):
+        if msg["type"] == "plate" and msg["name"] in self.indices:
+            msg["value"] = self.indices[msg["name"]]
+            msg["args"] = (msg["args"][0], msg["value"].shape[0])
+
+
+class SurrogateData(FixPlates):
+    """Runs a model on the surrogate points of its subsample plate ``name`` (RAND ansatz of
+    Jankowiak & Phan 2022).
+
+    Fixes the plate's indices to ``indices (N_s,)``, replaces the outputs of
+    ``numpyro.subsample`` by the stored ``rows`` (in call order, so the data set itself is
+    never read), and weights every sample site inside the plate by ``weights (N_s,)``
+    instead of the plate's ``Nd / N_s``: the log likelihood becomes
+    ``ψ̂(z) = Σ_m ω_m log p(ỹ_m | z)``; sites outside the plate (the prior) are untouched.
+    With ``rows=None`` it fixes the indices only and records the subsampled rows
+    (:attr:`recorded`), which is how the rows are stored at set-up.
+
+    Relies on ``"subsample"`` messages (value, ``kwargs["event_dim"]``), on
+    ``msg["cond_indep_stack"]`` frames (``name``, ``dim``) and on ``msg["scale"]``.
+    """
+
+    def __init__(self, name, size, indices, rows=None, weights=None):
+        self.name, self.size = name, size
+        self.rows, self.weights = rows, weights
+        self._subsampled = []
+        super().__init__({name: indices})
+
+    def __enter__(self):
+        self._subsampled = []
+        return super().__enter__()
+
+    @property
+    def recorded(self):
+        # the messages are final once the model has run (plates subsample on postprocess)
+        return [msg["value"] for msg in self._subsampled]
+
+    def process_message(self, msg):
+        super().process_message(msg)
+        if msg["type"] == "subsample":
+            if self.rows is not None:
+                msg["value"] = self.rows[len(self._subsampled)]
+                # already subsampled: with no event_dim every plate leaves the value alone
+                msg["kwargs"] = {**msg["kwargs"], "event_dim": None}
+            self._subsampled.append(msg)
+        elif msg["type"] == "sample" and self.weights is not None:
+            frame = next((f for f in msg["cond_indep_stack"] if f.name == self.name), None)
+            if frame is not None:
+                num = self.weights.shape[0]
+                plate_scale = self.size / num if num < self.size else 1.0
+                scale = 1.0 if msg["scale"] is None else msg["scale"]
+                weights = jnp.reshape(self.weights, (num,) + (1,) * (-frame.dim - 1))
+                msg["scale"] = weights * (scale / plate_scale)

@@ -1,0 +1,217 @@
+"""What the annealing follows and what the final weight uses, built from a NumPyro model.
+
+A target turns the model into the engine's :class:`~numpyro_dais.engine.dais.Target`
+(``log_dynamics`` for the transitions, ``log_final`` for the weight) for one call's data and
+the current parameters. Any target composes with any sampler (DAIS or SMC):
+
+* :class:`FullData`: the log joint on all the data, for both (DAIS, DSMCS);
+* :class:`Surrogate`: a cheap surrogate log likelihood ``ψ̂`` for the dynamics and the
+  model's mini-batch estimate for the final weight (SL-DAIS), either built automatically
+  from ``N_s`` stored rows with learnable weights (RAND) or given as a model;
+* :class:`NaiveMiniBatch`: the rescaled mini-batch estimate on a fresh batch for the
+  dynamics too (NS-DAIS, the baseline that SL-DAIS improves on).
+
+Reference: Jankowiak & Phan (2022), "Surrogate likelihoods for variational annealed
+importance sampling".
+"""
+
+import jax
+import jax.numpy as jnp
+from numpyro import handlers
+from numpyro.distributions import constraints
+from numpyro.infer.initialization import init_to_uniform
+from numpyro.infer.util import potential_energy
+
+from numpyro_dais import _numpyro
+from numpyro_dais._autoguide import ModelView, log_joint
+from numpyro_dais.engine.dais import Target, omit_final
+
+#: default size ``N_s`` of the automatic (RAND) surrogate: ``min(256, Nd)``
+DEFAULT_NUM_SURROGATE = 256
+#: the surrogate rows are chosen with this fixed seed, so a guide set up again on the same
+#: data (another process, another key) pairs its saved weights with the same rows
+SURROGATE_SEED = 0
+
+
+def data_plates(prototype_trace) -> dict:
+    """Plates declared with a ``subsample_size`` (``B = Nd`` included): ``{name: (Nd, B)}``."""
+    return {
+        name: tuple(site["args"][:2])
+        for name, site in prototype_trace.items()
+        if site["type"] == "plate" and site["args"][1] is not None
+    }
+
+
+class FullData:
+    """The model's log joint on all the data of the call, for dynamics and final weight."""
+
+    supports_subsampling = False
+    #: the dynamics need the call's data (``method="dais"`` without data is refused)
+    dynamics_need_data = True
+
+    def setup(self, view: ModelView, prototype_trace, args, kwargs, prefix):
+        """Called once with the first call's arguments; returns nothing."""
+
+    def param_sites(self) -> dict:
+        """``{name: (initial value, param kwargs)}`` of the target's own parameters."""
+        return {}
+
+    def dynamics(self, view, args, kwargs, params, rng_key):
+        return log_joint(view, args, kwargs, params)
+
+    def final(self, view, args, kwargs, params, batch=None):
+        """The final weight's term; ``None``: the dynamics' own (full-data) log joint."""
+        return None
+
+    def bound_batch(self):
+        """Mini-batch of a multi-particle bound, drawn inside the guide run (none here)."""
+        return None
+
+    def build(self, view, args, kwargs, params, rng_key, final="target", batch=None) -> Target:
+        """The engine's target. ``final``: ``"target"`` (this target's final term on
+        ``batch``, ``None``: all the data) or ``"omit"`` (the caller adds ``ℓ(z_K)``)."""
+        dyn = self.dynamics(view, args, kwargs, params, rng_key)
+        if final == "omit":
+            return Target(dyn, omit_final)
+        return Target(dyn, self.final(view, args, kwargs, params, batch))
+
+
+class _MiniBatchTarget(FullData):
+    """Targets for models with a subsampled plate: the final weight is the model's own
+    mini-batch estimate ``log p(z) + (Nd / B) Σ_{n∈I} log p(y_n | z)``."""
+
+    supports_subsampling = True
+
+    def setup(self, view, prototype_trace, args, kwargs, prefix):
+        self.plates = data_plates(prototype_trace)
+        if not self.plates:
+            raise ValueError(
+                f"{view.guide_name} found no subsample plate in the model to build its "
+                "surrogate from. Put the likelihood in `numpyro.plate(name, Nd, "
+                "subsample_size=B)`, or pass `surrogate_model`."
+            )
+
+    def final(self, view, args, kwargs, params, batch=None):
+        if batch is None:
+            batch = {name: jnp.arange(nd) for name, (nd, _) in self.plates.items()}
+        return log_joint(view, args, kwargs, params, handler=_numpyro.FixPlates(batch))
+
+    def bound_batch(self):
+        # SVI replays these plates' indices into the model: the guide's final term and the
+        # model's own term use the same rows
+        return {
+            name: _numpyro.guide_plate_indices(name, size, subsample_size)
+            for name, (size, subsample_size) in self.plates.items()
+        }
+
+
+class Surrogate(_MiniBatchTarget):
+    """SL-DAIS: the dynamics follow ``log p(z) + ψ̂(z)``, which never reads the data set.
+
+    With ``model=None`` (RAND), ``ψ̂(z) = Σ_m ω_m log p(ỹ_m | z)`` on ``num_surrogate`` rows
+    chosen once with a fixed seed from the plate the model subsamples and stored at set-up,
+    with learnable positive weights ``ω`` (``{prefix}_surrogate_weights``, init ``Nd / N_s``).
+    With a ``model`` (same latent sites, called with no arguments), ``ψ̂`` is its log joint
+    and its ``numpyro.param`` sites are learnt.
+    """
+
+    dynamics_need_data = False
+
+    def __init__(self, model=None, num_surrogate=None):
+        self.model, self.num_surrogate = model, num_surrogate
+
+    def setup(self, view, prototype_trace, args, kwargs, prefix):
+        self._params = {}
+        if self.model is not None:
+            self.plates = data_plates(prototype_trace)
+            self._setup_model(view, prototype_trace)
+            return
+        super().setup(view, prototype_trace, args, kwargs, prefix)
+        if len(self.plates) > 1:
+            raise ValueError(
+                f"The model subsamples plates {sorted(self.plates)}; the automatic surrogate "
+                "handles one subsample plate. Pass `surrogate_model`, or subsample a single "
+                "plate."
+            )
+        ((name, (size, _)),) = self.plates.items()
+        num = min(DEFAULT_NUM_SURROGATE, size) if self.num_surrogate is None else self.num_surrogate
+        if num > size:
+            raise ValueError(
+                f"`num_surrogate`={num} is larger than the {size} data points of plate "
+                f"{name!r}; choose num_surrogate <= {size}."
+            )
+        key = jax.random.key(SURROGATE_SEED)
+        indices = jnp.sort(jax.random.choice(key, size, (num,), replace=False))
+        recorder = _numpyro.SurrogateData(name, size, indices)
+        # the latent values do not matter here, only the rows; init_to_uniform needs no
+        # sampler, so improper priors work too
+        seeded = handlers.substitute(handlers.seed(view.model, key), substitute_fn=init_to_uniform)
+        with handlers.block(), recorder:
+            seeded(*args, **kwargs)
+        self._rows = (name, size, indices, recorder.recorded)
+        self.weights_name = f"{prefix}_surrogate_weights"
+        self._params = {
+            self.weights_name: (jnp.full(num, size / num), {"constraint": constraints.positive})
+        }
+
+    @property
+    def plate(self) -> str:
+        """The subsample plate whose rows the RAND surrogate stores."""
+        return self._rows[0]
+
+    @property
+    def indices(self) -> jax.Array:
+        """``(N_s,)`` indices of the stored rows in that plate (chosen with a fixed seed)."""
+        return self._rows[2]
+
+    def _setup_model(self, view, prototype_trace):
+        with handlers.block():
+            trace = handlers.trace(handlers.seed(self.model, 0)).get_trace()
+
+        def latent_shapes(tr):
+            return {
+                name: jnp.shape(site["value"])
+                for name, site in tr.items()
+                if site["type"] == "sample" and not site["is_observed"]
+            }
+
+        model_latents, surrogate_latents = latent_shapes(prototype_trace), latent_shapes(trace)
+        if model_latents != surrogate_latents:
+            raise ValueError(
+                "`surrogate_model` must have the same latent sites (names and shapes) as "
+                f"`model`: model {model_latents}, surrogate {surrogate_latents}."
+            )
+        self._params = {
+            name: (site["value"], dict(site["kwargs"]))
+            for name, site in trace.items()
+            if site["type"] == "param"
+        }
+
+    def param_sites(self):
+        return self._params
+
+    def dynamics(self, view, args, kwargs, params, rng_key):
+        if self.model is not None:
+            surrogate = self.model
+
+            def log_surrogate(z):
+                with handlers.block(), handlers.substitute(data=params):
+                    return -potential_energy(surrogate, (), {}, view.unpack(z))
+
+            return log_surrogate
+        name, size, indices, rows = self._rows
+        handler = _numpyro.SurrogateData(name, size, indices, rows, params[self.weights_name])
+        return log_joint(view, args, kwargs, params, handler=handler)
+
+
+class NaiveMiniBatch(_MiniBatchTarget):
+    """NS-DAIS: the dynamics use the rescaled estimate ``(Nd / B) Σ_{n∈J} log p(y_n | z)``
+    on a mini-batch ``J`` drawn fresh from the call's data on every run."""
+
+    def dynamics(self, view, args, kwargs, params, rng_key):
+        keys = jax.random.split(rng_key, len(self.plates))
+        batch = {
+            name: _numpyro.subsample_indices(size, subsample_size, key)
+            for key, (name, (size, subsample_size)) in zip(keys, self.plates.items(), strict=True)
+        }
+        return log_joint(view, args, kwargs, params, handler=_numpyro.FixPlates(batch))
