@@ -65,7 +65,8 @@ SHORTFALL = """\
 * One seed per cell; the classification is automatic (threshold above), not checked by
   hand as in the paper.
 * Our AutoDAIS learns a diagonal mass matrix, a momentum damping and K step sizes bounded by
-  eta_max = 0.1 (library defaults); the paper follows Zhang et al. (2021), scalar mass c·I.
+  eta_max (library defaults, set from the curvature); the paper follows Zhang et al. (2021),
+  scalar mass c·I.
 * MSC at the paper's lr 1e-4: in 7,500 Adam steps a parameter moves by at most about
   0.75, so q hardly leaves its start N(½·1, I) (see the mean σ column); its `c` reflects
   the initialisation at the midpoint more than a fit.
@@ -293,8 +294,9 @@ def main(argv=None):
         + f"; K ∈ {cfg['Ks']}; one seed per cell. "
         f"Adam lr {LR}: VI and IWVI {cfg['steps']} steps, DAIS₀ {cfg['dais_steps']} steps; "
         f"MSC Adam lr {MSC_LR}, {cfg['msc_steps']} steps (the paper: 7,500 steps for all, "
-        "MSC lr 1e-4). AutoDAIS: HMC kernel, library defaults (eta_init 0.01, "
-        "eta_max 0.1, gamma_init 0.9, learned diagonal mass, learned schedule), "
+        "MSC lr 1e-4). AutoDAIS: HMC kernel, library defaults (DAIS₀ regime, "
+        "sym_kl_weight ½; eta_max = 1/√λ from the curvature λ at the initial point, "
+        "eta_init = eta_max/10; gamma_init 0.9, learned diagonal mass, learned schedule), "
         "init_scale 1, loc ½·1.\n\n"
         f"Class: `c` mean at the midpoint, `s` on a mode, `u` neither (nearest further than "
         f"{THRESHOLD}·√d), `-` not finite; a `*` marks a class that differs from the class "

@@ -141,7 +141,7 @@ class AnnealedGuide(ContinuousGuide):
             raise ValueError(f"`gamma_init` must lie in (0, 1), got {gamma_init!r}.")
         self.init_scale = check_positive_float("init_scale", init_scale)
         if sym_kl_weight is None:
-            sym_kl_weight = 1.0 if posterior_method == "q0" else 0.0
+            sym_kl_weight = 0.5 if posterior_method == "q0" else 0.0
         if isinstance(sym_kl_weight, bool) or not (
             np.isfinite(sym_kl_weight) and sym_kl_weight >= 0
         ):
@@ -534,7 +534,7 @@ class AnnealedGuide(ContinuousGuide):
             fix = (
                 f"raise `sym_kl_weight` (now {self.sym_kl_weight:g}) or train longer"
                 if self.sym_kl_weight
-                else "train with `sym_kl_weight=1` (the default for posterior_method='q0')"
+                else "train with `sym_kl_weight=0.5` (the default for posterior_method='q0')"
             )
             message = (
                 f"{type(self).__name__}: q0 disagrees with the annealed end points ("

@@ -2,7 +2,7 @@
 
 Leapfrog with unit mass is stable only for ``η < 2 / sqrt(λ_max)``, where ``λ_max`` is the
 largest eigenvalue of the negative Hessian ``−∇²ℓ``; explicit Euler steps (Langevin) need
-``δ < 2 / λ_max``. :func:`max_eigenvalue` estimates ``|λ|_max`` by power iteration on
+``δ < 2 / λ_max``. :func:`max_eigenvalue` estimates ``λ_max`` by power iteration on
 Hessian-vector products (forward-over-reverse), never forming the Hessian.
 
 Reference: Leimkuhler & Reich (2004), "Simulating Hamiltonian Dynamics", ch. 2 (stability
@@ -20,21 +20,33 @@ def hvp(log_density: Callable, z: jax.Array, v: jax.Array) -> jax.Array:
     return jax.jvp(jax.grad(log_density), (z,), (v,))[1]
 
 
-def max_eigenvalue(rng_key, log_density: Callable, z: jax.Array, num_iters: int = 20):
-    """Largest ``|eigenvalue|`` of ``∇²ℓ(z)`` by ``num_iters`` power iterations, shape ``()``.
-
-    A lower estimate of ``λ_max`` (power iteration converges from below); the iterate that
-    has converged after ``i`` steps has error ``O((λ_2 / λ_1)^{2i})``. Non-finite curvature
-    (``z`` outside the model's domain) gives ``inf``.
-    """
+def _power_iteration(rng_key, matvec, z, num_iters):
+    """Rayleigh quotient ``vᵀAv`` of the dominant eigenvector of the symmetric ``A``."""
     v = jax.random.normal(rng_key, jnp.shape(z), z.dtype)
     v = v / jnp.linalg.norm(v)
 
-    def body(_, carry):
-        v, _ = carry
-        w = hvp(log_density, z, v)
-        lam = jnp.linalg.norm(w)
-        return jnp.where(lam > 0, w / lam, v), lam
+    def body(_, v):
+        w = matvec(v)
+        norm = jnp.linalg.norm(w)
+        return jnp.where(norm > 0, w / norm, v)
 
-    _, lam = jax.lax.fori_loop(0, num_iters, body, (v, jnp.zeros((), z.dtype)))
-    return jnp.where(jnp.isfinite(lam), lam, jnp.inf)
+    v = jax.lax.fori_loop(0, num_iters, body, v)
+    return jnp.vdot(v, matvec(v))
+
+
+def max_eigenvalue(rng_key, log_density: Callable, z: jax.Array, num_iters: int = 20):
+    """Largest eigenvalue of the potential's Hessian ``−∇²ℓ(z)``, shape ``()``, at least 0.
+
+    Power iteration finds the eigenvalue ``λ_1`` of largest magnitude. Where it is negative
+    (``ℓ`` convex along some direction, e.g. between the modes of a mixture), which does not
+    limit the step size, a second power iteration on ``−∇²ℓ − λ_1 I`` finds the largest
+    eigenvalue. A lower estimate (power iteration converges from below), error
+    ``O((λ_2 / λ_1)^{2i})`` after ``i = num_iters`` steps. Non-finite curvature (``z`` outside
+    the model's domain) gives ``inf``.
+    """
+    key_first, key_shifted = jax.random.split(rng_key)
+    potential_hvp = lambda v: -hvp(log_density, z, v)
+    lam = _power_iteration(key_first, potential_hvp, z, num_iters)
+    shifted = _power_iteration(key_shifted, lambda v: potential_hvp(v) - lam * v, z, num_iters)
+    lam = jnp.where(lam < 0, shifted + lam, lam)
+    return jnp.where(jnp.isfinite(lam), jnp.maximum(lam, 0.0), jnp.inf)

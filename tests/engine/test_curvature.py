@@ -1,0 +1,42 @@
+"""Curvature estimates behind the default step sizes: exact values on Gaussians and mixtures."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from numpyro_dais.engine import curvature
+
+
+def test_hvp_matches_the_hessian():
+    A = jnp.array([[2.0, 0.5], [0.5, 1.0]])
+    log_density = lambda z: -0.5 * z @ A @ z + jnp.sin(z[0])
+    z, v = jnp.array([0.3, -0.2]), jnp.array([1.0, 2.0])
+    np.testing.assert_allclose(
+        curvature.hvp(log_density, z, v), jax.hessian(log_density)(z) @ v, rtol=1e-6
+    )
+
+
+def test_gaussian_precision_eigenvalue():
+    # ℓ = −½ zᵀ P z: the potential's Hessian is P, its largest eigenvalue 1e4 (a stiff case)
+    P = jnp.diag(jnp.array([1e4, 3.0, 1.0]))
+    lam = curvature.max_eigenvalue(jax.random.key(0), lambda z: -0.5 * z @ P @ z, jnp.ones(3))
+    np.testing.assert_allclose(lam, 1e4, rtol=1e-4)
+
+
+def test_negative_curvature_does_not_limit_the_step():
+    # Midway between the modes of ½N(0, σ²I) + ½N(1, σ²I) in d = 7, −∇²ℓ has the eigenvalue
+    # 1/σ² − d/(4σ⁴) = −432 along the diagonal (it pushes particles apart, no stability limit)
+    # and 1/σ² = 16 across it: the step size is set by 16, not by |−432|.
+    d, sigma = 7, 0.25
+
+    def log_density(z):
+        comps = jnp.stack([-0.5 * jnp.sum((z - m) ** 2) / sigma**2 for m in (0.0, 1.0)])
+        return jax.scipy.special.logsumexp(comps)
+
+    lam = curvature.max_eigenvalue(jax.random.key(1), log_density, jnp.full(d, 0.5), 50)
+    np.testing.assert_allclose(lam, 1 / sigma**2, rtol=1e-3)
+
+
+def test_non_finite_curvature_is_inf():
+    lam = curvature.max_eigenvalue(jax.random.key(0), lambda z: jnp.sum(jnp.sqrt(z)), -jnp.ones(2))
+    assert lam == jnp.inf
