@@ -502,6 +502,17 @@ class AnnealedGuide(ContinuousGuide):
         num_systems = check_positive_int("num_systems", num_systems)
         return jax.vmap(one)(jax.random.split(rng_key, num_systems))
 
+    def transition_params(self, params):
+        """The learnt β schedule, step sizes, mass matrix and damping ``γ``, as a
+        :class:`numpyro_dais.TransitionParams` (:func:`numpyro_dais.transition_params`; plot
+        them with :func:`numpyro_dais.plot_transitions`).
+
+        :param params: trained parameters (``svi_result.params``).
+        """
+        from numpyro_dais.diagnostics import transition_params
+
+        return transition_params(self, params)
+
     def transport_check(
         self,
         rng_key,
