@@ -4,8 +4,8 @@ What they do, so that the site cannot drift from the repository:
 
 * **Reproduced results.** ``benchmarks/results/*.md`` (and their figures) become pages under
   ``results/`` at build time; the "Reproduced results" nav section lists whatever is there.
-* **Notebooks.** ``examples/*.ipynb`` become pages under ``examples/`` (rendered, not executed,
-  by mkdocs-jupyter); none present is fine.
+* **Notebooks.** ``examples/*.ipynb`` become pages under ``examples/`` (rendered with their
+  stored outputs, not executed, by mkdocs-jupyter); none present is fine.
 * **Engine reference.** ``reference/engine.md`` has one ``::: numpyro_dais.engine.<module>``
   block per module file in ``numpyro_dais/engine/``.
 * **Guides built on other branches.** While ``numpyro_dais/autosldais.py`` or
@@ -184,9 +184,10 @@ def _examples_index():
     lines = [
         "# Examples",
         "",
-        "Notebooks from `examples/`, rendered as stored (they are not executed while the site",
-        "is built; the test suite executes them). `examples/quickstart.py` is what",
-        "`python dev.py quickstart` runs.",
+        "Notebooks from `examples/`, rendered as stored: with the outputs and figures of a",
+        "full run where the notebook has been run (they are not executed while the site is",
+        "built; the test suite executes them in a small mode). `examples/quickstart.py` is",
+        "what `python dev.py quickstart` runs.",
         "",
     ]
     nbs = _notebooks()

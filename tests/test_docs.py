@@ -58,9 +58,12 @@ def test_docs_build_strict(tmp_path):
     # every benchmark result file is a page
     for result in (ROOT / "benchmarks" / "results").glob("*.md"):
         assert (site / "results" / result.stem / "index.html").exists(), result.name
-    # and every notebook
+    # and every notebook, with the figures it is stored with
     for nb in (ROOT / "examples").glob("*.ipynb"):
         assert (site / "examples" / nb.stem / "index.html").exists(), nb.name
+        figures = nb.read_text(encoding="utf-8").count('"image/png"')
+        html = (site / "examples" / nb.stem / "index.html").read_text(encoding="utf-8")
+        assert html.count("data:image/png;base64") >= figures, nb.name
     _check_offline_and_no_literal_roles(site)
 
 
