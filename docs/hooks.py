@@ -4,14 +4,17 @@ What they do, so that the site cannot drift from the repository:
 
 * **Reproduced results.** ``benchmarks/results/*.md`` (and their figures) become pages under
   ``results/`` at build time; the "Reproduced results" nav section lists whatever is there.
-* **Notebooks.** ``examples/*.ipynb`` become pages under ``examples/`` (rendered, not executed,
-  by mkdocs-jupyter); none present is fine.
+* **Notebooks.** ``examples/*.ipynb`` become pages under ``examples/`` (rendered with their
+  stored outputs, not executed, by mkdocs-jupyter); none present is fine.
 * **Engine reference.** ``reference/engine.md`` has one ``::: numpyro_dais.engine.<module>``
   block per module file in ``numpyro_dais/engine/``.
 * **Guides built on other branches.** While ``numpyro_dais/autosldais.py`` or
   ``numpyro_dais/autogpvi.py`` does not exist, a ``::: numpyro_dais.AutoSurrogateLikelihoodDAIS``
   (``AutoGPVI``) block is replaced by a note. Once the file exists the block is rendered as
   usual, so a broken or missing export then fails the strict build.
+* **MathJax, offline.** The MathJax 3 files (``tex-mml-chtml.js``, its fonts and lazily
+  loaded extensions) are copied from the ``django-static-mathjax`` package (the ``docs``
+  extra) into ``javascripts/mathjax/``, so the maths renders without the network.
 * **Docstrings.** Every member of ``numpyro_dais.__all__`` and every public method, property
   and nested class it declares must have a docstring; a missing one is a warning, which
   ``mkdocs build --strict`` turns into a failure.
@@ -181,9 +184,10 @@ def _examples_index():
     lines = [
         "# Examples",
         "",
-        "Notebooks from `examples/`, rendered as stored (they are not executed while the site",
-        "is built; the test suite executes them). `examples/quickstart.py` is what",
-        "`python dev.py quickstart` runs.",
+        "Notebooks from `examples/`, rendered as stored: with the outputs and figures of a",
+        "full run where the notebook has been run (they are not executed while the site is",
+        "built; the test suite executes them in a small mode). `examples/quickstart.py` is",
+        "what `python dev.py quickstart` runs.",
         "",
     ]
     nbs = _notebooks()
@@ -221,6 +225,34 @@ def _engine_reference():
     return "\n".join(lines)
 
 
+#: what the site needs of MathJax's ``es5`` folder: the combined TeX component, its output
+#: fonts, and the extensions, UI and accessibility parts it loads on demand
+MATHJAX_PARTS = ("tex-mml-chtml.js", "output/chtml", "input/tex/extensions", "ui", "a11y")
+
+
+def mathjax_files():
+    """``{site path: source path}`` of the bundled MathJax; empty (and a warning, which fails
+    the strict build) without the ``django-static-mathjax`` package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("mathjax")
+    root = None
+    if spec is not None and spec.submodule_search_locations:
+        root = Path(next(iter(spec.submodule_search_locations))) / "static" / "mathjax" / "es5"
+    if root is None or not (root / MATHJAX_PARTS[0]).exists():
+        log.warning(
+            "MathJax is not installed, so the maths would not render offline: install the "
+            "docs tools with `pip install -e .[docs]` (django-static-mathjax)."
+        )
+        return {}
+    found = {}
+    for part in MATHJAX_PARTS:
+        path = root / part
+        for f in [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()):
+            found[f"javascripts/mathjax/{f.relative_to(root).as_posix()}"] = f
+    return found
+
+
 @event_priority(100)  # before mkdocs-jupyter picks the notebooks out of the file list
 def on_files(files, config):
     def add(src_uri, **kwargs):
@@ -250,4 +282,6 @@ def on_files(files, config):
             )
         )
     add("reference/engine.md", content=_engine_reference())
+    for uri, path in mathjax_files().items():
+        add(uri, abs_src_path=str(path))
     return files

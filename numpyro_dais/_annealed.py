@@ -38,7 +38,7 @@ from numpyro_dais._autoguide import (
     map_chunks,
     report_diverged,
 )
-from numpyro_dais.engine import curvature, dais, dais0, gaussian, samplers, weights
+from numpyro_dais.engine import curvature, dais, dais0, gaussian, samplers, smc, weights
 from numpyro_dais.engine.annealing import betas_from_increments
 from numpyro_dais.engine.transitions import KERNELS
 
@@ -47,12 +47,17 @@ BASE_DISTS = ("diagonal", "cholesky")
 
 
 class LogEvidence(NamedTuple):
-    """Result of ``log_evidence``: an AIS (or SMC) estimate of ``log Z`` and its ESS."""
+    """Result of ``log_evidence``: an AIS (or SMC) estimate of ``log Z``, its ESS and its
+    standard error."""
 
     log_Z: jax.Array
     """``()`` estimate of ``log Z = log p(x)`` (log-mean-exp of the weights)."""
     ess: jax.Array
     """``()`` effective sample size of those weights, in ``[1, num_particles]``."""
+    se: jax.Array
+    """``()`` standard error of ``log_Z`` (delta method on the weights, through the
+    genealogy for SMC: :func:`numpyro_dais.engine.weights.log_mean_exp_se`); too small when
+    ``ess`` is small."""
 
 
 class TransportReport(NamedTuple):
@@ -441,7 +446,14 @@ class AnnealedGuide(ContinuousGuide):
         """Estimate ``log Z = log p(x)`` from ``num_particles`` weighted particles (in systems
         of at most ``batch_size``), on the full data passed here.
 
-        The estimate is biased low by ``O(1/ess)``; the ESS says how far to trust it.
+        Returns ``LogEvidence(log_Z, ess, se)``. ``se`` is the standard error of ``log_Z``
+        by the delta method on the weights (``se² ≈ (N / ess − 1) / (N − 1)`` for DAIS;
+        for SMC the variance estimate of Lee & Whiteley (2018) through each system's
+        genealogy, combined over the systems). The estimate is biased low by about
+        ``se² / 2`` (Jensen). To compare two models, a difference of ``log_Z`` has standard
+        error ``sqrt(se_1² + se_2²)``. Both ``ess`` and ``se`` are estimated from the weights
+        themselves, so with an ``ess`` of a few the error bar is itself unreliable: use more
+        particles.
         """
         num_particles = check_positive_int("num_particles", num_particles)
         batch_size = check_batch_size(batch_size)
@@ -454,8 +466,20 @@ class AnnealedGuide(ContinuousGuide):
     def _log_evidence(self, rng_key, state, args, kwargs, num_particles, batch_size):
         q0, anneal, params = state
         run = lambda k, n: self._run(k, q0, anneal, params, args, kwargs, n, "target").log_weights
-        log_w = map_chunks(run, rng_key, num_particles, batch_size)
-        return LogEvidence(weights.log_mean_exp(log_w), weights.ess(log_w))
+        if self._sampler.resampling is None:  # i.i.d. weights: pool every chunk
+            log_w = map_chunks(run, rng_key, num_particles, batch_size)
+            se = weights.log_mean_exp_se(log_w)
+        else:  # independent systems of `size`: each one's genealogy, combined
+            size = num_particles if batch_size is None else min(batch_size, num_particles)
+
+            def system(key):
+                out = self._run(key, q0, anneal, params, args, kwargs, size, "target")
+                return out.log_weights, out.log_Z, smc.log_Z_se(out)
+
+            keys = jax.random.split(rng_key, math.ceil(num_particles / size))
+            log_w, log_Z, se = jax.lax.map(system, keys)
+            log_w, se = log_w.reshape(-1)[:num_particles], weights.combine_se(log_Z, se)
+        return LogEvidence(weights.log_mean_exp(log_w), weights.ess(log_w), se)
 
     def diagnostics(self, rng_key, params, *args, num_systems=None, **kwargs) -> SMCDiagnostics:
         """ESS per transition, resampling flags and ``log Ẑ`` of fresh particle systems of
@@ -477,6 +501,17 @@ class AnnealedGuide(ContinuousGuide):
             return one(rng_key)
         num_systems = check_positive_int("num_systems", num_systems)
         return jax.vmap(one)(jax.random.split(rng_key, num_systems))
+
+    def transition_params(self, params):
+        """The learnt β schedule, step sizes, mass matrix and damping ``γ``, as a
+        :class:`numpyro_dais.TransitionParams` (:func:`numpyro_dais.transition_params`; plot
+        them with :func:`numpyro_dais.plot_transitions`).
+
+        :param params: trained parameters (``svi_result.params``).
+        """
+        from numpyro_dais.diagnostics import transition_params
+
+        return transition_params(self, params)
 
     def transport_check(
         self,

@@ -5,6 +5,7 @@ Monte Carlo samplers" (ICLR Tiny Papers).
 """
 
 from numpyro_dais._annealed import AnnealedGuide, SMCDiagnostics, init_to_uniform, preset_options
+from numpyro_dais.diagnostics import plot_ess
 from numpyro_dais.engine.smc import ResamplingConfig
 from numpyro_dais.targets import FullData
 
@@ -96,35 +97,3 @@ class AutoDSMCS(AnnealedGuide):
     def plot_ess(self, diagnostics: SMCDiagnostics, ax=None):
         """Plot the ESS trace of :meth:`diagnostics` (needs matplotlib); returns the axes."""
         return plot_ess(diagnostics, self.num_particles, ax=ax)
-
-
-def plot_ess(diagnostics: SMCDiagnostics, num_particles=None, ax=None):
-    """ESS per transition ``k = 1..K``, resampling steps marked; one line per system.
-
-    ``matplotlib`` is imported here, on demand: it is not a dependency of numpyro-dais.
-    """
-    try:
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise ImportError(
-            "plot_ess needs matplotlib, which numpyro-dais does not depend on; "
-            "install it with `pip install matplotlib`."
-        ) from err
-    import numpy as np
-
-    ess = np.atleast_2d(np.asarray(diagnostics.ess))
-    flags = np.atleast_2d(np.asarray(diagnostics.resampled))
-    if ax is None:
-        _, ax = plt.subplots()
-    k = np.arange(1, ess.shape[-1] + 1)
-    alpha = 1.0 if ess.shape[0] == 1 else max(0.1, 1.0 / ess.shape[0] ** 0.5)
-    for s in range(ess.shape[0]):
-        ax.plot(k, ess[s], color="C0", alpha=alpha)
-        ax.scatter(k[flags[s]], ess[s][flags[s]], color="C3", marker="v", s=12, alpha=alpha)
-    if num_particles is not None:
-        ax.axhline(num_particles, color="grey", linestyle=":", label=f"N = {num_particles}")
-    ax.scatter([], [], color="C3", marker="v", s=12, label="resampled before k")
-    ax.set_xlabel("transition k")
-    ax.set_ylabel("ESS")
-    ax.legend(loc="best")
-    return ax

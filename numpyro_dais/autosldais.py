@@ -100,13 +100,13 @@ class AutoSurrogateLikelihoodDAIS(AnnealedGuide):
     ``log_evidence`` and ``method="importance"`` weight the particles by the exact
     full-data log joint, so they need the data.
 
+    The other arguments are those of :class:`~numpyro_dais.AutoDAIS`.
+
     :param model: a NumPyro model with continuous global latent sites.
     :param surrogate_model: optional surrogate model (see above); ``None``: RAND.
     :param int num_surrogate: RAND surrogate size ``N_s`` (default ``min(256, Nd)``).
     :param str dynamics: ``"surrogate"`` (SL-DAIS) or ``"naive"`` (NS-DAIS).
     :param int num_particles: particles ``N`` in the bound; defaults to 1 (see above).
-
-    Other arguments as :class:`~numpyro_dais.AutoDAIS`.
     """
 
     _options = AnnealedGuide._options + SURROGATE_OPTIONS

@@ -55,6 +55,18 @@ def test_bound_below_log_Z_and_log_evidence_converges(conjugate):
     # the AIS estimate is consistent; with ESS in the thousands its error is ~1e-2
     assert float(est.ess) > 1000
     np.testing.assert_allclose(est.log_Z, log_Z, atol=0.05)
+    assert 0 < float(est.se) < 0.05 and abs(float(est.log_Z - log_Z)) < 4 * float(est.se) + 0.01
+
+
+def test_log_evidence_se_matches_the_spread_of_independent_estimates(conjugate):
+    """60 independent 64-particle estimates: the root-mean-square of their standard errors
+    agrees with the standard deviation of their log_Z within 30%."""
+    y, guide, params, _ = conjugate
+    keys = [jax.random.key(100 + i) for i in range(60)]
+    ests = [guide.log_evidence(k, params, y, num_particles=64) for k in keys]
+    log_Z = np.array([float(e.log_Z) for e in ests])
+    se = np.array([float(e.se) for e in ests])
+    np.testing.assert_allclose(np.sqrt(np.mean(se**2)), log_Z.std(), rtol=0.3)
 
 
 def test_bound_rises_with_num_particles(conjugate):

@@ -4,7 +4,9 @@ Strict mode fails on broken links and references, griffe/mkdocstrings warnings a
 API without a docstring (checked by ``docs/hooks.py``).
 """
 
+import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +23,6 @@ for _plugin in ("material", "mkdocstrings_handlers.python", "mkdocs_jupyter"):
 
 
 def _load_hooks():
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -58,9 +58,67 @@ def test_docs_build_strict(tmp_path):
     # every benchmark result file is a page
     for result in (ROOT / "benchmarks" / "results").glob("*.md"):
         assert (site / "results" / result.stem / "index.html").exists(), result.name
-    # and every notebook
+    # and every notebook, with the figures it is stored with
     for nb in (ROOT / "examples").glob("*.ipynb"):
         assert (site / "examples" / nb.stem / "index.html").exists(), nb.name
+        figures = nb.read_text(encoding="utf-8").count('"image/png"')
+        html = (site / "examples" / nb.stem / "index.html").read_text(encoding="utf-8")
+        assert html.count("data:image/png;base64") >= figures, nb.name
+    _check_offline_and_no_literal_roles(site)
+
+
+ROLE = re.compile(r":(?:meth|func|class|attr|mod|data|exc|obj):")
+EXTERNAL = re.compile(
+    r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=[\"'](?:https?:)?//", re.IGNORECASE
+)
+
+
+def _check_offline_and_no_literal_roles(site):
+    """The built site shows no Sphinx role literally (the docstrings' roles become links) and
+    loads nothing from another host: MathJax and the fonts come with the site."""
+    pages = sorted(site.rglob("*.html"))
+    assert pages
+    for page in pages:
+        html = page.read_text(encoding="utf-8")
+        name = page.relative_to(site).as_posix()
+        # a role in a code block of the site's own docs would be fine; none is expected
+        assert not ROLE.search(html), f"{name}: {ROLE.search(html).group(0)} shown literally"
+        external = EXTERNAL.search(html)
+        assert not external, f"{name}: loads {html[external.start() : external.end() + 60]}"
+    assert (site / "javascripts" / "mathjax" / "tex-mml-chtml.js").exists()
+    fonts = site / "javascripts" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2"
+    assert any(fonts.glob("*.woff"))
+    guide = (site / "guides" / "autodais" / "index.html").read_text(encoding="utf-8")
+    assert 'src="../../javascripts/mathjax/tex-mml-chtml.js"' in guide
+    assert 'class="arithmatex"' in guide  # the maths is there for MathJax to render
+    # the roles became links to the objects they name
+    reference = (site / "reference" / "index.html").read_text(encoding="utf-8")
+    assert 'href="#numpyro_dais.AutoDAIS"' in reference or "autodais/#numpyro_dais.AutoDAIS" in (
+        reference
+    )
+
+
+def test_roles_resolve_from_the_docstrings_scope():
+    """``docs/griffe_roles.py`` on the package: relative, scoped and ``~`` roles."""
+    import griffe
+
+    spec = importlib.util.spec_from_file_location("griffe_roles", ROOT / "docs" / "griffe_roles.py")
+    roles = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(roles)
+    loader = griffe.GriffeLoader(search_paths=[str(ROOT)])
+    package = loader.load("numpyro_dais")
+    loader.resolve_aliases(implicit=False, external=False)
+    dais = package["engine.dais"]
+    out = roles.rewrite(":func:`.weights.diverged` and :class:`~.dais.Target`", dais, loader)
+    assert 'identifier="numpyro_dais.engine.weights.diverged"' in out
+    assert 'identifier="numpyro_dais.engine.dais.Target"><code>Target</code>' not in out
+    assert 'identifier="numpyro_dais.engine.dais.Target" optional><code>Target</code>' in out
+    guide = package["_annealed.AnnealedGuide.get_base_dist"]
+    out = roles.rewrite(":meth:`get_transform`", guide, loader)
+    assert 'identifier="numpyro_dais._annealed.AnnealedGuide.get_transform"' in out
+    out = roles.rewrite(":class:`~numpyro_dais.AutoDAIS`", guide, loader)
+    assert 'identifier="numpyro_dais.AutoDAIS" optional><code>AutoDAIS</code>' in out
+    assert roles.rewrite(":func:`no_such_name`", guide, loader) == "`no_such_name`"
 
 
 def test_result_pages_show_only_their_own_figures():

@@ -30,14 +30,26 @@ def test_every_notebook_declares_its_guides():
         assert _requires(path), f"{path.name}: metadata numpyro_dais.requires is missing"
 
 
-def test_notebooks_are_stored_without_outputs():
+#: notebooks still stored without outputs: their full run is CPU-heavy (minutes to tens of
+#: minutes on 2 cores) and has not been done yet; run it with
+#: `jupyter nbconvert --to notebook --execute --inplace examples/<name>.ipynb`
+NOT_YET_EXECUTED = {"dsmcs.ipynb", "gpvi.ipynb", "sldais.ipynb"}
+
+
+def test_notebooks_are_stored_with_the_outputs_of_a_full_run():
+    """The docs site renders the notebooks as stored: each is stored executed top to bottom
+    (every code cell, in order) in its full mode, with its figures."""
     for path in NOTEBOOKS:
-        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        for cell in cells:
-            if cell["cell_type"] == "code":
-                assert not cell["outputs"] and cell["execution_count"] is None, (
-                    f"{path.name}: clear the outputs before committing"
-                )
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+        counts = [c["execution_count"] for c in code]
+        if path.name in NOT_YET_EXECUTED:
+            assert counts == [None] * len(code), f"{path.name} is executed: update the list"
+            continue
+        assert counts == list(range(1, len(code) + 1)), f"{path.name}: run it top to bottom"
+        outputs = [o for c in code for o in c["outputs"]]
+        assert not [o for o in outputs if o["output_type"] == "error"], path.name
+        assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name}: no figure"
 
 
 @pytest.mark.slow

@@ -163,3 +163,23 @@ def run(
         num_diverged=jnp.max(num_bad),
         trace=dais.Trace(ess, flags, ancestors, log_incs),
     )
+
+
+def founders(ancestors: jax.Array) -> jax.Array:
+    """``(N,)`` index of the initial particle each final particle descends from, given the
+    ``(K, N)`` ancestors of a run (``trace.ancestors``; identity where it did not resample)."""
+    N = ancestors.shape[-1]
+    back = lambda f, a: (a[f], None)
+    f, _ = jax.lax.scan(back, jnp.arange(N, dtype=ancestors.dtype), ancestors, reverse=True)
+    return f
+
+
+def log_Z_se(out: dais.SamplerOutput) -> jax.Array:
+    """``()`` standard error of ``out.log_Z`` from one run, through its genealogy: the
+    variance estimate of Lee & Whiteley (2018) (:func:`.weights.log_mean_exp_se`). A run
+    without a trace (DAIS) is the i.i.d. case."""
+    if out.trace is None:
+        return weights.log_mean_exp_se(out.log_weights)
+    return weights.log_mean_exp_se(
+        out.log_weights, founders(out.trace.ancestors), jnp.sum(out.trace.resampled)
+    )
