@@ -13,15 +13,13 @@ for the same key (tests/test_autodsmcs.py), so the paper's "DAIS" and "no resamp
 columns are both compared with it. The reported ELBO is minus the mean training loss over
 the last 10% of steps (batches of B particle systems).
 
-    python benchmarks/dsmcs_static_target.py --quick   # minutes
-    python benchmarks/dsmcs_static_target.py           # the paper's grid: about an hour
+Run from the repository root: ``python -m benchmarks.dsmcs_static_target [--quick|--smoke]``
+(``--quick``: minutes; full mode, the paper's grid: about an hour).
 """
 
-import argparse
 import json
-import os
-import sys
 import time
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -32,12 +30,12 @@ import optax
 from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.initialization import init_to_value
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks._common import machine_line, time_steps  # noqa: E402
-from numpyro_dais import AutoDSMCS  # noqa: E402
+from benchmarks._common import Stopwatch, output_name, parse_args, time_steps, write_results
+from numpyro_dais import AutoDSMCS
 
+NAME = "dsmcs_static_target"
+MODULE = f"benchmarks.{NAME}"
 D, C = 50, 8
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 FROZEN = ("auto_z_0_loc", "auto_z_0_scale")
 
 # Langevin, δ̂ = 1: the paper's Table 2, (K, N) -> {column: ELBO}; Bern-GST with τ = 0.1
@@ -67,6 +65,43 @@ VARIANTS = {
     "bernoulli": ("bernoulli", "stop", "Bern-Cat"),
     "ess(0.5)": ("ess", "stop", None),
     "bern-gst": ("bernoulli", "gst", "Bern-GST"),
+}
+#: the columns of the ESS trace (transitions k, those up to K are shown)
+ESS_KS = (1, 2, 3, 4, 8, 12, 16, 20, 24, 28, 32)
+
+SETTINGS = {
+    # The paper's grid, with a budget that fits 2 CPU cores (about an hour): 800 steps in
+    # batches of 8 systems, where the paper trains 5,000 steps in batches of 64.
+    "full": dict(
+        cfg=dict(steps=800, batch=8, lr=0.03, ess_systems=64),
+        lang_rows=[(K, N) for K in (8, 16, 32) for N in (8, 32, 64)],
+        lang_variants=["never", "always", "bernoulli"],
+        extra_variants=["ess(0.5)", "bern-gst"],
+        extra_rows=list(HEADLINE_CELLS),
+        ess_variants=list(VARIANTS),
+        hmc_rows={(32, 64): ["never", "bernoulli"]},
+        ess_cell=(32, 64),
+    ),
+    "quick": dict(
+        cfg=dict(steps=100, batch=4, lr=0.05, ess_systems=32),
+        lang_rows=list(HEADLINE_CELLS),
+        lang_variants=["never", "always", "bernoulli", "ess(0.5)"],
+        extra_variants=[],
+        extra_rows=[],
+        ess_variants=["never", "bernoulli", "always"],
+        hmc_rows={(32, 64): ["never", "bernoulli"]},
+        ess_cell=(32, 64),
+    ),
+    "smoke": dict(
+        cfg=dict(steps=3, batch=1, lr=0.05, ess_systems=2),
+        lang_rows=[],
+        lang_variants=[],
+        extra_variants=[],
+        extra_rows=[],
+        ess_variants=["never", "bernoulli"],
+        hmc_rows={},
+        ess_cell=(2, 4),
+    ),
 }
 
 
@@ -150,57 +185,42 @@ def step_time(update, state):
     return time_steps(update, state, repeats=5, steps=5, reduce=min)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="reduced grid and budget (minutes)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--steps", type=int, help="override the number of training steps")
-    ap.add_argument(
+def extra_args(parser):
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, help="override the number of training steps")
+    parser.add_argument(
         "--resume", action="store_true", help="skip runs already in the .runs.json cache"
     )
-    args = ap.parse_args()
-    if args.quick:
-        cfg = argparse.Namespace(steps=100, batch=4, lr=0.05, ess_systems=32)
-        lang_rows = list(HEADLINE_CELLS)
-        lang_variants = ["never", "always", "bernoulli", "ess(0.5)"]
-        extra_variants, extra_rows = [], []
-        ess_variants = ["never", "bernoulli", "always"]
-        hmc_rows = {(32, 64): ["never", "bernoulli"]}
-    else:
-        # The paper's grid, with a budget that fits 2 CPU cores (about an hour): 800 steps
-        # in batches of 8 systems, where the paper trains 5,000 steps in batches of 64.
-        cfg = argparse.Namespace(steps=800, batch=8, lr=0.03, ess_systems=64)
-        lang_rows = [(K, N) for K in (8, 16, 32) for N in (8, 32, 64)]
-        lang_variants = ["never", "always", "bernoulli"]
-        extra_variants, extra_rows = ["ess(0.5)", "bern-gst"], list(HEADLINE_CELLS)
-        ess_variants = list(VARIANTS)
-        hmc_rows = {(32, 64): ["never", "bernoulli"]}
+
+
+def main(argv=None):
+    args = parse_args(__doc__.splitlines()[0], argv, extra_args)
+    grid = SETTINGS[args.mode]
+    cfg = SimpleNamespace(**grid["cfg"], ess_cell=grid["ess_cell"])
+    lang_rows, ess_cell = grid["lang_rows"], grid["ess_cell"]
     if args.steps:
         cfg.steps = args.steps
     model = make_model(args.seed)
-    runs = [("langevin", K, N, v) for (K, N) in lang_rows for v in lang_variants]
-    runs += [("langevin", K, N, v) for (K, N) in extra_rows for v in extra_variants]
-    runs += [("langevin", 32, 64, v) for v in ess_variants if (32, 64) not in lang_rows]
-    runs += [("hmc", K, N, v) for (K, N), vs in hmc_rows.items() for v in vs]
+    runs = [("langevin", K, N, v) for (K, N) in lang_rows for v in grid["lang_variants"]]
+    runs += [("langevin", K, N, v) for (K, N) in grid["extra_rows"] for v in grid["extra_variants"]]
+    runs += [("langevin", *ess_cell, v) for v in grid["ess_variants"] if ess_cell not in lang_rows]
+    runs += [("hmc", K, N, v) for (K, N), vs in grid["hmc_rows"].items() for v in vs]
     # headline cells first, then the ESS/overhead cell (K = 32, N = 64) and HMC, then the
     # rest of the grid: the results file is rewritten after every run
-    first = {(K, N) for K, N in HEADLINE_CELLS} | {(32, 64)}
+    first = {(K, N) for K, N in HEADLINE_CELLS} | {ess_cell}
     runs.sort(key=lambda r: (r[0] == "langevin" and (r[1], r[2]) not in first,))
-    name = "dsmcs_static_target" + ("_quick" if args.quick else "")
-    os.makedirs(RESULTS, exist_ok=True)
-    cache_path = os.path.join(RESULTS, name + ".runs.json")
+    cache_path = args.out_dir / f"{output_name(NAME, args.mode)}.runs.json"
     cached = {}
-    if args.resume and os.path.exists(cache_path):
-        with open(cache_path) as f:
-            cached = {tuple(json.loads(k)): v for k, v in json.load(f).items()}
+    if args.resume and cache_path.exists():
+        cached = {tuple(json.loads(k)): v for k, v in json.loads(cache_path.read_text()).items()}
     results = dict(cached)
-    t_start = time.perf_counter()
+    stopwatch = Stopwatch()
     for run in runs:
         if run in results:
             continue
         kernel, K, N, v = run
         r = train(model, kernel, K, N, v, cfg, args.seed)
-        if (kernel, K, N) == ("langevin", 32, 64):
+        if (kernel, (K, N)) == ("langevin", ess_cell):
             d = r["guide"].diagnostics(
                 jax.random.PRNGKey(123), r["params"], num_systems=cfg.ess_systems
             )
@@ -213,36 +233,30 @@ def main():
             flush=True,
         )
         keep = ("elbo", "elbo_se", "setup_s", "step_s", "ess_trace", "resampled_fraction")
-        with open(cache_path, "w") as f:
-            json.dump(
-                {json.dumps(k): {s: x[s] for s in keep if s in x} for k, x in results.items()},
-                f,
-                indent=1,
-            )
+        cache = {json.dumps(k): {s: x[s] for s in keep if s in x} for k, x in results.items()}
+        cache_path.write_text(json.dumps(cache, indent=1))
         done = sum(r in results for r in runs)
-        write_report(results, cfg, args, t_start, name, f"{done} of {len(runs)} runs", len(cached))
+        progress = f"{done} of {len(runs)} runs"
+        write_report(results, cfg, args, stopwatch, progress, len(cached))
 
-    # step-time overhead of resampling: the K = 32, N = 64 SVI steps trained in this process,
+    # step-time overhead of resampling: the ESS cell's SVI steps trained in this process,
     # timed one after the other at the end
-    timed = {v: results.get(("langevin", 32, 64, v), {}) for v in VARIANTS}
+    timed = {v: results.get(("langevin", *ess_cell, v), {}) for v in VARIANTS}
     timed = {v: r for v, r in timed.items() if "update" in r}
     if "never" in timed:
         timings = {v: step_time(r["update"], r["state"]) for v, r in timed.items()}
-        write_report(results, cfg, args, t_start, name, "complete", len(cached), timings)
+        write_report(results, cfg, args, stopwatch, "complete", len(cached), timings)
 
 
-def write_report(results, cfg, args, t_start, name, progress, num_cached, timings=None):
+def write_report(results, cfg, args, stopwatch, progress, num_cached, timings=None):
     """Write the results file from ``results`` (and ``timings``: variant -> s / step)."""
+    K_ess, N_ess = cfg.ess_cell
     lines = [
-        "# DSMCS static target (Zenn & Bamler 2023, App. C)",
-        "",
-        f"Command: `python {' '.join(sys.argv)}`  ",
-        f"Machine: {machine_line()}.  ",
         f"Budget: {cfg.steps} Adam steps (lr {cfg.lr}, ×0.75 every {max(1, cfg.steps // 20)} "
         f"steps, 8 times), batches of {cfg.batch} particle systems; q0 = N(0, 9I) frozen. "
         f"Paper: 5,000 steps, batches of 64, lr searched, 3 seeds. Progress: {progress}"
         + (f" ({num_cached} read from an earlier run's cache)" if num_cached else "")
-        + f"; wall time of this process {(time.perf_counter() - t_start) / 60:.1f} min.",
+        + ".",
         "",
         "ELBO = minus the mean training loss over the last 10% of steps ± its standard error "
         "(higher is better, 0 is exact). Paper figures in brackets.",
@@ -305,19 +319,19 @@ def write_report(results, cfg, args, t_start, name, progress, num_cached, timing
 
     # ESS per transition, Langevin K = 32, N = 64 (paper: DAIS ≈ 1.5 after k = 1, Bern ≈ 63)
     lines += [
-        "**ESS per transition** (Langevin, K = 32, N = 64; mean over "
+        f"**ESS per transition** (Langevin, K = {K_ess}, N = {N_ess}; mean over "
         f"{cfg.ess_systems} fresh systems; `r` = fraction of systems that resampled "
         "before k). Paper: DAIS falls to ≈1.5 after the first transition; Bernoulli "
         "resampling keeps it ≈63 at most steps.",
         "",
     ]
-    ks = [1, 2, 3, 4, 8, 12, 16, 20, 24, 28, 32]
+    ks = [k for k in ESS_KS if k <= K_ess]
     lines += [
         "| variant | " + " | ".join(f"k={k}" for k in ks) + " | mean | r |",
         "|---" * (len(ks) + 3) + "|",
     ]
     for v in VARIANTS:
-        r = results.get(("langevin", 32, 64, v))
+        r = results.get(("langevin", K_ess, N_ess, v))
         if r is None or "ess_trace" not in r:
             continue
         ess = np.asarray(r["ess_trace"])
@@ -331,7 +345,7 @@ def write_report(results, cfg, args, t_start, name, progress, num_cached, timing
     if timings:
         t_base = timings["never"]
         lines += [
-            "**Step-time overhead of resampling** (Langevin, K = 32, N = 64, batch "
+            f"**Step-time overhead of resampling** (Langevin, K = {K_ess}, N = {N_ess}, batch "
             f"{cfg.batch}; compiled SVI step, best of 5 blocks of 5 steps, same "
             "process):",
             "",
@@ -343,10 +357,8 @@ def write_report(results, cfg, args, t_start, name, progress, num_cached, timing
             lines.append(f"| {label} | {1e3 * t:.1f} | {t / t_base:.2f} |")
         lines.append("")
 
-    text = "\n".join(lines)
-    path = os.path.join(RESULTS, name + ".md")
-    with open(path, "w") as f:
-        f.write(text)
+    title = "DSMCS static target (Zenn & Bamler 2023, App. C)"
+    path = write_results(args.out_dir, NAME, args.mode, title, MODULE, "\n".join(lines), stopwatch)
     print(f"written to {path}")
 
 

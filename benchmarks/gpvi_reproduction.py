@@ -11,14 +11,11 @@ numpyro's ``AutoNormal``. Errors are relative Frobenius norms ``‖Ĉ − C‖_F
 ``‖m̂ − m‖ / ‖m‖`` from 20,000 draws (the paper's normalisation did not survive in our
 copy; the reference code normalises by the true quantity's norm).
 
-Usage: ``python benchmarks/gpvi_reproduction.py [--quick]``; writes
-``benchmarks/results/gpvi_reproduction{_quick}.md`` and
-``gpvi_reproduction{_quick}_potentials.png``.
+Run from the repository root: ``python -m benchmarks.gpvi_reproduction [--quick|--smoke]``;
+writes ``benchmarks/results/gpvi_reproduction{_quick,_smoke}.md`` and
+``gpvi_reproduction{_quick,_smoke}_potentials.png``.
 """
 
-import argparse
-import os
-import sys
 import time
 
 import jax
@@ -30,11 +27,41 @@ import optax
 from numpyro.infer import SVI, Trace_ELBO, init_to_median
 from numpyro.infer.autoguide import AutoNormal
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks._common import machine_line, time_steps  # noqa: E402
-from numpyro_dais import AutoGPVI  # noqa: E402
+from benchmarks._common import Stopwatch, output_name, parse_args, time_steps, write_results
+from numpyro_dais import AutoGPVI
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+NAME = "gpvi_reproduction"
+MODULE = f"benchmarks.{NAME}"
+# full mode: 3 seeds and the reference helper width, with step counts that fit 2 CPU cores
+# (the paper trains far longer, e.g. 200,000 steps on the potentials); smoke mode also fits
+# only the first potential
+SETTINGS = {
+    "full": dict(
+        seeds=3,
+        steps=2000,
+        potential_steps=3000,
+        particles=32,
+        helper_hidden=100,
+        timing_reps=200,
+    ),
+    "quick": dict(
+        seeds=1,
+        steps=1000,
+        potential_steps=1500,
+        particles=32,
+        helper_hidden=64,
+        timing_reps=100,
+    ),
+    "smoke": dict(
+        seeds=1,
+        steps=4,
+        potential_steps=4,
+        particles=4,
+        helper_hidden=8,
+        timing_reps=2,
+        potentials=1,
+    ),
+}
 METHODS = ("GPVI (helper)", "GPVI (exact)", "amortized SVGD", "AutoNormal")
 PAPER = {
     ("density 2-D", "GPVI (helper)"): "0.14",
@@ -226,10 +253,13 @@ def run_potentials(cfg, path):
     import matplotlib.pyplot as plt
 
     methods = ("GPVI (helper)", "amortized SVGD")
-    fig, axes = plt.subplots(len(POTENTIALS), 1 + len(methods), figsize=(9, 12))
+    potentials = list(POTENTIALS.items())[: cfg.get("potentials", len(POTENTIALS))]
+    fig, axes = plt.subplots(
+        len(potentials), 1 + len(methods), figsize=(9, 3 * len(potentials)), squeeze=False
+    )
     grid = np.linspace(-4, 4, 200)
     zz = np.stack(np.meshgrid(grid, grid), -1)
-    for row, (name, U) in enumerate(POTENTIALS.items()):
+    for row, (name, U) in enumerate(potentials):
         axes[row, 0].contourf(grid, grid, np.exp(-np.asarray(U(jnp.asarray(zz)))), 30)
         axes[row, 0].set_ylabel(name)
         model = potential_model(U)
@@ -258,23 +288,10 @@ def fmt(values):
     return f"{values.mean():.3f} ± {values.std():.3f}"
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one seed, short runs")
-    args = parser.parse_args()
-    # full mode: 3 seeds and the reference helper width, with step counts that fit 2 CPU
-    # cores (the paper trains far longer, e.g. 200,000 steps on the potentials)
-    cfg = dict(
-        seeds=1 if args.quick else 3,
-        steps=1000 if args.quick else 2000,
-        potential_steps=1500 if args.quick else 3000,
-        particles=32,
-        helper_hidden=64 if args.quick else 100,
-        timing_reps=100 if args.quick else 200,
-    )
-    suffix = "_quick" if args.quick else ""
-    os.makedirs(RESULTS, exist_ok=True)
-    t_start = time.perf_counter()
+def main(argv=None):
+    args = parse_args(__doc__.splitlines()[0], argv)
+    cfg = SETTINGS[args.mode]
+    stopwatch = Stopwatch()
 
     dens = {2: {m: [] for m in METHODS}, 5: {m: [] for m in METHODS}}
     blr = {m: [] for m in METHODS}
@@ -297,9 +314,9 @@ def main():
             times[task, m] = time_per_step(m, model, data, hidden, cfg, cfg["timing_reps"])
         print(task, {m: f"{1e3 * t:.2f} ms" for (k, m), t in times.items() if k == task})
 
-    png = os.path.join(RESULTS, f"gpvi_reproduction{suffix}_potentials.png")
+    png = args.out_dir / f"{output_name(NAME, args.mode)}_potentials.png"
     run_potentials(cfg, png)
-    total = time.perf_counter() - t_start
+    total = stopwatch.elapsed()
 
     rows = []
     for method in METHODS:
@@ -347,12 +364,8 @@ def main():
         for task, r in ratio.items()
     ]
     target_lines = "\n".join(f"- [{'x' if ok else ' '}] {name}" for name, ok in targets)
-    machine = machine_line()
-    report = f"""# GPVI reproduction{" (quick)" if args.quick else ""}
-
-Command: `python benchmarks/gpvi_reproduction.py{" --quick" if args.quick else ""}`
-Machine: {machine}
-Settings: {cfg}; Adam with cosine decay from 5e-2 to 1e-3 for the generator / AutoNormal,
+    report = f"""Settings: {cfg};
+Adam with cosine decay from 5e-2 to 1e-3 for the generator / AutoNormal,
 constant 3e-3 for the helper (`AutoGPVI.split_optimizer`); errors from 20,000 draws;
 total wall time {total / 60:.1f} min.
 
@@ -376,13 +389,12 @@ Targets:
 {target_lines}
 
 Rezende & Mohamed potentials (restricted to [−4, 4]², generator 2 × 64 hidden units,
-{cfg["potential_steps"]} steps, lr 1e-2): `{os.path.basename(png)}`.
+{cfg["potential_steps"]} steps, lr 1e-2): `{png.name}`.
 """
-    path = os.path.join(RESULTS, f"gpvi_reproduction{suffix}.md")
-    with open(path, "w") as fh:
-        fh.write(report)
+    title = "GPVI reproduction" + ("" if args.mode == "full" else f" ({args.mode})")
+    path = write_results(args.out_dir, NAME, args.mode, title, MODULE, report)
     print(report)
-    print(f"wrote {path} and {png}", file=sys.stderr)
+    print(f"wrote {path} and {png}")
 
 
 if __name__ == "__main__":

@@ -310,8 +310,9 @@ class AnnealedGuide(ContinuousGuide):
 
     def _data(self, args, kwargs, method):
         """The arguments a ``method`` runs on: the call's, or (for a target that needs no data)
-        those of set-up when the call has none."""
-        if args or kwargs:
+        those of set-up when the call has none. A model set up without arguments (a fixed
+        target) needs none."""
+        if args or kwargs or not any(self._setup_args):
             if method != "dais" or self._target.dynamics_need_data:
                 self._check_has_observations(args, kwargs, method)
             return args, kwargs

@@ -128,6 +128,24 @@ def test_diagnostics(trained):
     assert 0 < float(ev4.se) < 1 and abs(float(ev4.log_Z) - log_z) < 0.5
 
 
+def test_model_without_arguments():
+    """A fixed target (a model called with no arguments) needs no data to draw, to estimate
+    log Z or to give diagnostics."""
+
+    def target():
+        numpyro.sample("z", dist.Normal(1.0, 0.5))
+
+    guide = AutoDSMCS(target, K=K, num_particles=N, init_scale=0.5)
+    svi = SVI(target, guide, numpyro.optim.Adam(0.03), Trace_ELBO())
+    params = svi.run(jax.random.PRNGKey(0), 20, progress_bar=False).params
+    d = guide.diagnostics(jax.random.PRNGKey(1), params, num_systems=3)
+    assert d.log_Z.shape == (3,) and np.all(np.isfinite(d.log_Z))
+    ev = guide.log_evidence(jax.random.PRNGKey(2), params, num_particles=64)
+    assert abs(float(ev.log_Z)) < 0.5  # a normalised target: log Z = 0
+    draws = guide.sample_posterior(jax.random.PRNGKey(3), params, sample_shape=(4,))
+    assert draws["z"].shape == (4,)
+
+
 def test_plot_ess(trained, monkeypatch):
     guide, result = trained
     d = guide.diagnostics(jax.random.PRNGKey(7), result.params, Y, num_systems=3)
