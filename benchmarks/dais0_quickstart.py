@@ -6,7 +6,7 @@ settings (``K = 8``, ``N = 8``, Adam lr 1e-2). Against a long NUTS run, per seed
 
 * ``AutoNormal`` (mean-field VI), the baseline of the targets;
 * ``AutoDAIS`` with defaults: ``q0`` is the posterior, so the DAIS₀ regime
-  (``sym_kl_weight=0.5``);
+  (``sym_kl_weight=1``);
 * ``AutoDAIS(sym_kl_weight=0)``: ``q0`` trained on the bound alone (the earlier default).
 
 For each: MAE of the posterior mean and std of ``q0`` and of the importance-resampled end

@@ -6,6 +6,8 @@ the package touches a private NumPyro name. ``AutoContinuous`` internals (``_ini
 :func:`unpack_latent`.
 """
 
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpyro
@@ -37,6 +39,26 @@ def in_loss() -> bool:
     returns a posterior draw (a weighted end point), not the guide's ``posterior_method``.
     """
     return numpyro.get_mask() is not False
+
+
+def enclosing_elbo():
+    """The numpyro ``ELBO`` object whose loss is calling the guide, or ``None``.
+
+    NumPyro passes the guide neither the objective nor a marker of it, so this walks the
+    Python call stack (at trace time only: under ``jit`` the walk happens once per
+    compilation) for a frame whose ``self`` is an ``ELBO``. If ``ELBO.loss`` stops being on
+    the stack (e.g. the loss moves into a free function), this returns ``None`` and the
+    guides that check their objective accept any, as before the check existed.
+    """
+    from numpyro.infer.elbo import ELBO
+
+    frame = inspect.currentframe()
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, ELBO):
+            return owner
+        frame = frame.f_back
+    return None
 
 
 def enclosing_trace_values(names) -> dict:

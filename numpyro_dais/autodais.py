@@ -63,8 +63,7 @@ class AutoDAIS(AnnealedGuide):
     :param float sym_kl_weight: weight ``w`` of the explicit symmetrised-KL term that only
         ``q0`` sees: ``q0`` follows the gradient of ``L_{N,K} − (w/K)·[KL(q0‖p) +
         KL(p‖q0)]`` while the transitions and the reported loss see only the bound (the
-        DAIS₀ regime). Default: ½ (the weight of ``J`` in the bound's own large-``K`` limit,
-        Zenn & Bamler 2023) when ``posterior_method="q0"``, else 0 (``q0`` on the
+        DAIS₀ regime). Default: 1 when ``posterior_method="q0"``, else 0 (``q0`` on the
         bound alone: best bound, end points and evidence).
     """
 

@@ -13,6 +13,7 @@ References:
 """
 
 import functools
+import math
 import warnings
 
 import jax
@@ -43,12 +44,23 @@ JACOBIANS = ("auto", *gpvi.JACOBIANS)
 EXACT_MAX_DIM = 100
 
 
+#: guide name -> number of steps so far with non-finite particles (process-wide)
+_NONFINITE_STEPS = {}
+
+
 def _warn(guide_name, is_helper, num_nonfinite, num_fallback, total, helper_rel_loss, helper_loss):
     n_bad, n_fb, total = int(num_nonfinite), int(num_fallback), int(total)
+    occurrence = _NONFINITE_STEPS.get(guide_name, 0) + 1 if n_bad else 0
     if n_bad:
+        _NONFINITE_STEPS[guide_name] = occurrence
+    if n_bad and math.log10(occurrence).is_integer():  # steps 1, 10, 100, ...: not a flood
         warnings.warn(
             f"{guide_name}: {n_bad} of {total} particles had a non-finite log joint or "
-            "gradient; they were left out of this step.",
+            "gradient (the model's density is undefined there); they were left out of the "
+            "model-parameter gradient and steered back towards the finite particles. "
+            f"Step {occurrence} with such particles (reported at 1, 10, 100, ... steps). If "
+            "this persists, give the latent site a support that excludes the region (a "
+            "constrained distribution) so that the guide cannot reach it.",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -77,6 +89,23 @@ def _report(guide_name, is_helper, num_nonfinite, out, total):
         (num_nonfinite, out.num_fallback),
         total,
         (out.helper_rel_loss, jax.lax.stop_gradient(out.helper_loss)),
+    )
+
+
+def _check_objective(guide_name, elbo):
+    """AutoGPVI's loss is a surrogate whose *gradient* is the functional gradient; only
+    objectives that average per-draw losses (Trace_ELBO, TraceMeanField_ELBO) keep it so."""
+    from numpyro.infer import Trace_ELBO, TraceMeanField_ELBO
+
+    if elbo is None or isinstance(elbo, Trace_ELBO | TraceMeanField_ELBO):
+        return
+    raise ValueError(
+        f"{guide_name} trains under Trace_ELBO (or TraceMeanField_ELBO) only, got "
+        f"{type(elbo).__name__}: its loss is a surrogate whose gradient is the RKHS "
+        "functional gradient, and an objective that reweights or re-combines draws (e.g. "
+        "RenyiELBO) would silently turn it into a different, meaningless update. Use "
+        f"SVI(model, guide, optim, Trace_ELBO()); more particles: {guide_name}(..., "
+        "num_particles=N)."
     )
 
 
@@ -302,6 +331,7 @@ class AutoGPVI(ContinuousGuide):
             eps = jax.random.normal(rng_key, (self.latent_dim,))
             return self._generator(layers, lam)(eps)
 
+        _check_objective(type(self).__name__, _numpyro.enclosing_elbo())
         N, D = self.num_particles, self.latent_dim
         key_eps, key_prime = jax.random.split(rng_key)
         out = gpvi.objective(
@@ -323,10 +353,12 @@ class AutoGPVI(ContinuousGuide):
         # cancels ℓ(z*) (value and model-parameter gradient) and leaves value = monitor,
         # gradient = ∇ surrogate. (S − sg(S)) is formed first: added to ℓ(z*) before the
         # subtraction, a large S would swallow the monitor's digits.
+        # z* is a particle with a finite ℓ where there is one, so the loss stays finite.
         zero_with_grad = out.surrogate - jax.lax.stop_gradient(out.surrogate)
-        factor = (out.log_joint[0] + out.monitor) + zero_with_grad
+        star = jnp.argmax(jnp.isfinite(out.log_joint))
+        factor = (out.log_joint[star] + out.monitor) + zero_with_grad
         _numpyro.emit_log_weight(f"{self.prefix}_gpvi_surrogate", factor)
-        return out.z_prime[0]
+        return out.z_prime[star]
 
     # -- posterior access -------------------------------------------------------------------
 

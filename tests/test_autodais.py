@@ -157,7 +157,7 @@ def test_sym_kl_term_moves_only_q0():
 
 
 def test_dais0_default_fits_the_symmetrised_kl():
-    """Default settings (q0 is the posterior, so ``sym_kl_weight=0.5``) on a correlated
+    """Default settings (q0 is the posterior, so ``sym_kl_weight=1``) on a correlated
     Gaussian posterior (ρ = −0.91): q0's mean is the exact mean, and each std lies between
     the mean-field reverse-KL std ``Λ_ii^{-1/2}`` (0.27, 0.26) and the exact marginal std
     (0.68, 0.64), where a symmetrised-KL fit must sit (its optimum: 0.43, 0.41)."""

@@ -160,6 +160,20 @@ def amortized_svgd_direction(x: jax.Array, x_prime: jax.Array, score_prime: jax.
     return Direction(jax.lax.stop_gradient(g), zero, zero, jnp.zeros((), jnp.int32))
 
 
+def _return_score(z: jax.Array, finite: jax.Array) -> jax.Array:
+    """``(N′, D)`` score used where ``ℓ`` or ``∇ℓ`` is not finite: that of the Gaussian
+    moment-matched to the finite particles, ``−(z − m) / v``. It carries particles that strayed
+    into a region where the model's density is undefined back towards the others, instead of
+    leaving them to drift (with a zero score only the kernel's repulsion acts on them, which
+    pushes them further in). All particles non-finite: zero (nothing to return to)."""
+    z = jax.lax.stop_gradient(z)
+    w = finite.astype(z.dtype)[:, None]
+    n = jnp.maximum(jnp.sum(w), 1.0)
+    m = jnp.sum(w * z, axis=0) / n
+    v = jnp.sum(w * (z - m) ** 2, axis=0) / n + 1e-6
+    return jnp.where(jnp.any(finite), -(z - m) / v, 0.0)
+
+
 class Objective(NamedTuple):
     """One training step of a generator: :func:`objective`'s output."""
 
@@ -194,14 +208,15 @@ def objective(
     :return: gradients of ``surrogate``: θ gets ``∇_θ (1/N) Σ_i ⟨g_i, f_θ(ε_i)⟩`` (the
         pull-back of the direction ``g``), the helper η its loss, the model's parameters
         ``−∇ mean_j ℓ(z′_j)`` at stopped particles. Particles with a non-finite ``ℓ`` or
-        ``∇ℓ`` are left out of both.
+        ``∇ℓ`` are left out of the latter and, in the direction, follow the score of the
+        Gaussian moment-matched to the finite particles (back towards them).
     """
     check_choice("algorithm", algorithm, ALGORITHMS)
     check_choice("monitor", monitor, MONITORS)
     z_prime = jax.vmap(f_fixed)(eps_prime)
     ell, score = jax.vmap(jax.value_and_grad(log_joint))(z_prime)
     finite = jnp.isfinite(ell) & jnp.all(jnp.isfinite(score), axis=-1)
-    score = jnp.where(finite[:, None], jax.lax.stop_gradient(score), 0.0)
+    score = jnp.where(finite[:, None], jax.lax.stop_gradient(score), _return_score(z_prime, finite))
     mean_ell = jnp.sum(jnp.where(finite, ell, 0.0)) / jnp.maximum(jnp.sum(finite), 1)
     if algorithm == "gpvi":
         out = gpvi_direction(
