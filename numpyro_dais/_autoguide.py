@@ -262,7 +262,30 @@ def _hidden_values(view: ModelView) -> dict:
     return found
 
 
-def _trace_without_sampling(model, args, kwargs):
+def subsampled_plates(trace) -> dict:
+    """Plates of ``trace`` that subsample: ``{name: (size, subsample_size)}``."""
+    return {
+        name: (site["args"][0], site["args"][1])
+        for name, site in trace.items()
+        if site["type"] == "plate"
+        and isinstance(site["args"][1], int)
+        and site["args"][0] > site["args"][1]
+    }
+
+
+def check_full_data(guide_name, plates):
+    """A guide whose dynamics need all the data refuses subsampled ``plates``."""
+    if plates:
+        name = next(iter(plates))
+        raise ValueError(
+            f"{guide_name} needs the full data set in every step, but plate {name!r} "
+            f"subsamples {plates[name][1]} of {plates[name][0]} points in this call. Use "
+            "numpyro_dais.AutoSurrogateLikelihoodDAIS for mini-batch training, or pass "
+            "all the data (no `subsample_size`, or one equal to the plate's size)."
+        )
+
+
+def trace_without_sampling(model, args, kwargs):
     """A trace of ``model`` whose latent sites take values from ``init_to_uniform`` instead of
     being sampled, so improper priors (``dist.ImproperUniform``) need no sampler."""
     # seed inside substitute: the seed handler must give each site its key first
@@ -333,7 +356,7 @@ class ContinuousGuide(AutoContinuous):
                     transforms[name] = biject_to(site["fn"].support)
         hidden = ()
         if model is not self.model:
-            full = _trace_without_sampling(model, args, kwargs)
+            full = trace_without_sampling(model, args, kwargs)
             hidden = tuple(
                 name
                 for name, site in full.items()
@@ -360,26 +383,13 @@ class ContinuousGuide(AutoContinuous):
             for name, site in self.prototype_trace.items()
             if site["type"] == "param"
         }
-        self._subsample_plates = {
-            name: (site["args"][0], site["args"][1])
-            for name, site in self.prototype_trace.items()
-            if site["type"] == "plate"
-            and isinstance(site["args"][1], int)
-            and site["args"][0] > site["args"][1]
-        }
-        if self._subsample_plates and not self.supports_subsampling:
-            name = next(iter(self._subsample_plates))
-            raise ValueError(
-                f"{type(self).__name__} needs the full data set in every step, but plate "
-                f"{name!r} subsamples {self._subsample_plates[name][1]} of "
-                f"{self._subsample_plates[name][0]} points. Use "
-                "numpyro_dais.AutoSurrogateLikelihoodDAIS for mini-batch training, or "
-                "remove `subsample_size`."
-            )
+        self._subsample_plates = subsampled_plates(self.prototype_trace)
+        if not self.supports_subsampling:
+            check_full_data(type(self).__name__, self._subsample_plates)
 
     def _check_continuous(self, *args, **kwargs):
         """Refuse discrete latent sites before numpyro tries to enumerate them."""
-        for name, site in _trace_without_sampling(self.model, args, kwargs).items():
+        for name, site in trace_without_sampling(self.model, args, kwargs).items():
             if (
                 site["type"] == "sample"
                 and not site["is_observed"]
@@ -457,7 +467,7 @@ class ContinuousGuide(AutoContinuous):
         if not self._observed_sites:
             return
         with numpyro.validation_enabled(False):  # only which sites are observed matters
-            trace = _trace_without_sampling(self._view.model, args, kwargs)
+            trace = trace_without_sampling(self._view.model, args, kwargs)
         lost = [k for k in self._observed_sites if k in trace and not trace[k].get("is_observed")]
         if lost:
             raise ValueError(

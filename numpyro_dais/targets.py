@@ -23,7 +23,13 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import potential_energy
 
 from numpyro_dais import _numpyro
-from numpyro_dais._autoguide import ModelView, log_joint
+from numpyro_dais._autoguide import (
+    ModelView,
+    check_full_data,
+    log_joint,
+    subsampled_plates,
+    trace_without_sampling,
+)
 from numpyro_dais.engine.dais import Target, omit_final
 
 #: default size ``N_s`` of the automatic (RAND) surrogate: ``min(256, Nd)``
@@ -57,6 +63,11 @@ class FullData:
         return {}
 
     def dynamics(self, view, args, kwargs, params, rng_key):
+        # a plate that was full at set-up may subsample in a later call (numpyro's own
+        # test_subsample): refuse it here, before the model draws its indices from an
+        # enclosing seed inside the sampler's vmap
+        plates = subsampled_plates(trace_without_sampling(view.model, args, kwargs))
+        check_full_data(view.guide_name, plates)
         return log_joint(view, args, kwargs, params)
 
     def final(self, view, args, kwargs, params, batch=None):
@@ -89,6 +100,21 @@ class _MiniBatchTarget(FullData):
                 f"{view.guide_name} found no subsample plate in the model to build its "
                 "surrogate from. Put the likelihood in `numpyro.plate(name, Nd, "
                 "subsample_size=B)`, or pass `surrogate_model`."
+            )
+
+    def build(self, view, args, kwargs, params, rng_key, final="target", batch=None) -> Target:
+        self._check_plates(view, args, kwargs)
+        return super().build(view, args, kwargs, params, rng_key, final, batch)
+
+    def _check_plates(self, view, args, kwargs):
+        plates = data_plates(trace_without_sampling(view.model, args, kwargs))
+        if plates != self.plates:
+            raise ValueError(
+                f"{view.guide_name} fixed its subsample plates at set-up as {self.plates} "
+                f"((size, subsample_size) by name), but this call has {plates}. The guide "
+                "draws the mini-batch indices for the model, so both must stay the same: "
+                "set the guide up (svi.init) with data of the training size and mini-batch "
+                "size, and keep them fixed."
             )
 
     def final(self, view, args, kwargs, params, batch=None):

@@ -284,3 +284,41 @@ def test_gpvi_refuses_an_objective_that_would_reweight_its_surrogate(data):
     svi = SVI(regression, guide, optax.adam(1e-3), RenyiELBO())
     with pytest.raises(ValueError, match=r"Trace_ELBO.*got RenyiELBO"):
         svi.run(jax.random.key(0), 2, *data, progress_bar=False)
+
+
+# -- numpyro's own test_subsample (test/infer/test_autoguide.py), our guides substituted ------
+
+
+def _upstream_subsample(guide_cls):
+    def model(n, x):
+        mu = numpyro.sample("mu", dist.Normal(0, 1))
+        sigma = numpyro.sample("sigma", dist.HalfNormal(1))
+        with numpyro.plate("n", n, subsample_size=x.size):
+            numpyro.sample("x", dist.Normal(mu, sigma), obs=x)
+
+    x = 5 + jax.random.normal(jax.random.key(1), (20,))
+    svi = SVI(model, guide_cls(model), optax.adam(0.1), Trace_ELBO(), n=20)
+    state = svi.init(jax.random.key(2), x=x)  # full data: the plate does not subsample
+    return svi.update(state, x=x[:10])  # now it subsamples 10 of 20
+
+
+@pytest.mark.parametrize(
+    "guide_cls, match",
+    [
+        (AutoDAIS, r"needs the full data.*'n' subsamples 10 of 20.*AutoSurrogateLikelihoodDAIS"),
+        (AutoDSMCS, r"needs the full data.*'n' subsamples 10 of 20"),
+        (AutoSurrogateLikelihoodDAIS, r"fixed its subsample plates at set-up.*\(20, 10\)"),
+    ],
+)
+def test_upstream_subsample_case_is_a_clear_error(guide_cls, match):
+    """Initialised on the full data, then updated on a subset: numpyro's mean-field guides
+    accept it; ours need the full data (DAIS, DSMCS) or a fixed mini-batch size (SL-DAIS),
+    and say so instead of an UnexpectedTracerError from inside the sampler."""
+    with pytest.raises(ValueError, match=match):
+        _upstream_subsample(guide_cls)
+
+
+def test_upstream_subsample_case_trains_gpvi():
+    """AutoGPVI's gradient is a mini-batch estimate like AutoNormal's: the case just works."""
+    _, loss = _upstream_subsample(AutoGPVI)
+    assert np.isfinite(loss)
