@@ -16,8 +16,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import numpyro
+from jax.flatten_util import ravel_pytree
 from numpyro.infer import util as infer_util
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -81,6 +83,37 @@ def time_steps(step, state, repeats, steps, reduce=statistics.median):
         jax.block_until_ready(loss)
         times.append((time.perf_counter() - start) / steps)
     return float(reduce(times))
+
+
+def time_interleaved(calls, repeats, steps, reduce=statistics.median):
+    """Seconds per call of each ``calls[name]()`` (returns something to block on), once warm:
+    blocks of ``steps`` calls, the configurations taking turns block by block so that a
+    change of machine load hits all of them alike, then ``reduce`` over the ``repeats``
+    blocks of each. Returns ``{name: seconds}``."""
+    for call in calls.values():
+        jax.block_until_ready(call())
+    times = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            for _ in range(steps):
+                out = call()
+            jax.block_until_ready(out)
+            times[name].append((time.perf_counter() - start) / steps)
+    return {name: float(reduce(t)) for name, t in times.items()}
+
+
+def svi_stepper(svi, *model_args, seed=0):
+    """A zero-argument call that takes one jitted ``svi.update`` step from its own state
+    and returns the loss: for :func:`time_interleaved`."""
+    update = jax.jit(svi.update)
+    box = [svi.init(jax.random.key(seed), *model_args)]
+
+    def call():
+        box[0], loss = update(box[0], *model_args)
+        return loss
+
+    return call
 
 
 def command_line(module):
@@ -188,3 +221,43 @@ def log_joint_fn(model, model_args, site):
         return infer_util.log_density(model, model_args, {}, {site: z})[0]
 
     return log_joint
+
+
+# -- the gradient floor of an annealing step ------------------------------------------------
+
+
+def flat_log_joint(model, model_args, seed=0):
+    """``(ℓ, z_init)``: ``ℓ(z)`` the model's log joint on a flat unconstrained ``z`` (numpyro's
+    own potential, Jacobians included) and an initial point, for floor measurements that do
+    not go through this package."""
+    info = infer_util.initialize_model(jax.random.key(seed), model, model_args=model_args)
+    z_init, unravel = ravel_pytree(info.param_info.z)
+    return (lambda z: -info.potential_fn(unravel(z))), z_init
+
+
+def gradient_floor(log_joint, z_init, num):
+    """A call of ``num`` vmapped, jitted gradients of ``log_joint`` (at points around
+    ``z_init``): the work of ``num`` particle-transitions, and nothing else."""
+    z = z_init + 0.1 * jax.random.normal(jax.random.key(0), (num, z_init.shape[0]))
+    grads = jax.jit(jax.vmap(jax.grad(log_joint)))
+    return lambda: grads(z)
+
+
+def chain_floor(log_joint, z_init, K, N):
+    """A call of the value and gradient, in the start points and a step size, of ``N``
+    vmapped chains of ``K`` gradient steps ``z ← z + η ∇ℓ(z)`` (then ``ℓ(z_K)``): the least
+    that differentiating through ``K`` transitions costs (reverse mode through each
+    gradient is a Hessian-vector product)."""
+
+    def chain(z0, eta):
+        def body(z, _):
+            value, grad = jax.value_and_grad(log_joint)(z)
+            return z + eta * grad, value
+
+        z_K, values = jax.lax.scan(body, z0, None, length=K)
+        return jnp.sum(values) + log_joint(z_K)
+
+    z0 = z_init + 0.1 * jax.random.normal(jax.random.key(0), (N, z_init.shape[0]))
+    loss = lambda z0, eta: jnp.sum(jax.vmap(chain, (0, None))(z0, eta))
+    step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+    return lambda: step(z0, 1e-3)

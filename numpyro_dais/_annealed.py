@@ -384,9 +384,10 @@ class AnnealedGuide(ContinuousGuide):
         else:
             batch = self._target.bound_batch()
             out = self._run(key_run, q0, anneal, params, args, kwargs, N, "target", batch)
-        if self.report_divergences:
-            report_diverged(type(self).__name__, out.num_diverged, N, self._step_info())
         objective = out.log_Z + self._sym_kl_term(q0, params, args, kwargs, out, key_sym)
+        if self.report_divergences:  # adds 0.0: the loss keeps the check in the program
+            name, info = type(self).__name__, self._step_info()
+            objective += report_diverged(name, out.num_diverged, N, info)
         # Hand one particle to the model, picked by its weight (so the model's deterministic
         # sites see a posterior-like draw). The factor makes the ELBO equal the objective:
         # ELBO = ℓ(z*) − (ℓ(z*) − objective).

@@ -418,6 +418,31 @@ def test_divergent_particles_are_dropped_and_reported(report, elbo_particles):
         assert bool(jnp.isfinite(value).all())
 
 
+@pytest.mark.parametrize("elbo_particles", [1, 2])
+def test_divergence_check_changes_nothing_on_a_healthy_run(elbo_particles):
+    """The check is a pure callback, taken only when something diverged: no effect in the
+    compiled step (an effect would slow every call), no warning, the same training."""
+    y = models.linear_gaussian_data()
+    runs = {}
+    for report in (True, False):
+        guide = AutoDAIS(models.linear_gaussian, K=2, num_particles=4, report_divergences=report)
+        svi = SVI(models.linear_gaussian, guide, optax.adam(0.05), Trace_ELBO(elbo_particles))
+        state = svi.init(jax.random.key(0), y)
+        assert not jax.make_jaxpr(svi.update)(state, y).effects
+        update = jax.jit(svi.update)
+        losses = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # any warning fails the test
+            for _ in range(20):
+                state, loss = update(state, y)
+                losses.append(loss)
+            jax.effects_barrier()
+        runs[report] = (np.asarray(losses), svi.get_params(state))
+    np.testing.assert_allclose(runs[True][0], runs[False][0], rtol=1e-6)
+    for name, value in runs[True][1].items():
+        np.testing.assert_allclose(value, runs[False][1][name], rtol=1e-6, err_msg=name)
+
+
 def test_discrete_site_helpful_error():
     def model():
         p = numpyro.sample("p", dist.Beta(2.0, 2.0))
