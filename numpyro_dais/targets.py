@@ -107,8 +107,10 @@ class _MiniBatchTarget(FullData):
         return super().build(view, args, kwargs, params, rng_key, final, batch)
 
     def _check_plates(self, view, args, kwargs):
-        plates = data_plates(trace_without_sampling(view.model, args, kwargs))
-        if plates != self.plates:
+        # a call on all the data (e.g. sample_posterior) is fine; a mini-batch of another
+        # size than at set-up is not
+        plates = subsampled_plates(trace_without_sampling(view.model, args, kwargs))
+        if any(self.plates.get(name) != plate for name, plate in plates.items()):
             raise ValueError(
                 f"{view.guide_name} fixed its subsample plates at set-up as {self.plates} "
                 f"((size, subsample_size) by name), but this call has {plates}. The guide "

@@ -146,8 +146,9 @@ RELOAD_SCRIPT = textwrap.dedent(
     with open({path!r}, "rb") as f:
         state = pickle.load(f)
     svi.init(jax.random.key(123), *data)  # another set-up key than the first process
+    update = jax.jit(svi.update)
     for _ in range(20):
-        state, _ = svi.update(state, *data)
+        state, _ = update(state, *data)
     with open({path!r}, "wb") as f:
         pickle.dump(jax.device_get(svi.get_params(state)), f)
     """
@@ -175,12 +176,13 @@ def test_sldais_checkpoint_resumes_exactly_in_a_fresh_process(tmp_path):
     a new process (set up with another key) equal 40 uninterrupted steps, bit for bit."""
     model, guide, svi, data = sl_problem()
     state = svi.init(jax.random.key(0), *data)
+    update = jax.jit(svi.update)
     for _ in range(20):
-        state, _ = svi.update(state, *data)
+        state, _ = update(state, *data)
     path = tmp_path / "state.pkl"
     path.write_bytes(pickle.dumps(jax.device_get(state)))
     for _ in range(20):
-        state, _ = svi.update(state, *data)
+        state, _ = update(state, *data)
     script = RELOAD_SCRIPT.format(tests=str(ROOT / "tests"), path=str(path))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(
