@@ -29,6 +29,7 @@ from numpyro_dais._autoguide import (
     ContinuousGuide,
     check_batch_size,
     check_choice,
+    check_mesh,
     check_positive_float,
     check_positive_int,
     check_sample_shape,
@@ -37,6 +38,7 @@ from numpyro_dais._autoguide import (
     map_batched,
     map_chunks,
     report_diverged,
+    shard_particles,
 )
 from numpyro_dais.engine import curvature, dais, dais0, gaussian, samplers, smc, weights
 from numpyro_dais.engine.annealing import betas_from_increments
@@ -414,23 +416,44 @@ class AnnealedGuide(ContinuousGuide):
 
     # -- posterior access -----------------------------------------------------------------------
 
-    def _draw(self, rng_key, q0, anneal, params, args, kwargs, method, num_draws, batch_size=None):
-        """``num_draws`` flat unconstrained draws ``(S, D)`` by ``method``."""
+    def _draw(
+        self,
+        rng_key,
+        q0,
+        anneal,
+        params,
+        args,
+        kwargs,
+        method,
+        num_draws,
+        batch_size=None,
+        mesh=None,
+    ):
+        """``num_draws`` flat unconstrained draws ``(S, D)`` by ``method``; with a ``mesh``,
+        the draws' axis is split over it."""
         if method == "q0":
-            return gaussian.sample(rng_key, q0, (num_draws,))
+            return shard_particles(gaussian.sample(rng_key, q0, (num_draws,)), mesh)
         if method == "dais":
             run = lambda k, n: self._run(k, q0, anneal, params, args, kwargs, n, "omit").z
-            return map_chunks(run, rng_key, num_draws, batch_size)
+            return map_chunks(run, rng_key, num_draws, batch_size, mesh)
 
         def importance(key):
             key_run, key_pick = jax.random.split(key)
             out = self._run(key_run, q0, anneal, params, args, kwargs, self.num_particles, "target")
             return out.z[jax.random.categorical(key_pick, out.log_weights)]
 
-        return map_batched(importance, jax.random.split(rng_key, num_draws), batch_size)
+        return map_batched(importance, jax.random.split(rng_key, num_draws), batch_size, mesh)
 
     def sample_posterior(
-        self, rng_key, params, *args, sample_shape=(), method=None, batch_size=None, **kwargs
+        self,
+        rng_key,
+        params,
+        *args,
+        sample_shape=(),
+        method=None,
+        batch_size=None,
+        mesh=None,
+        **kwargs,
     ):
         """Posterior draws, vectorised.
 
@@ -440,12 +463,19 @@ class AnnealedGuide(ContinuousGuide):
             guide's ``posterior_method``. The last two anneal to the posterior of the data
             passed here (the training data).
         :param batch_size: draws computed at once (bounds memory); ``None``: all at once.
+        :param mesh: a :class:`jax.sharding.Mesh`: the draws (for ``"importance"``, the
+            particle systems, one per draw) are split evenly over all its devices, so its
+            size must divide the number of draws and ``batch_size``. Same draws as without
+            it, for the same key. ``None``: one device.
         :return: dict of site values with leading shape ``sample_shape``.
         """
         method = self.posterior_method if method is None else method
         check_choice("method", method, POSTERIOR_METHODS)
         sample_shape = check_sample_shape(sample_shape)
         batch_size = check_batch_size(batch_size)
+        mesh = check_mesh(
+            type(self).__name__, mesh, self._num_draws(sample_shape), batch_size, "draws"
+        )
         q0, anneal, model_params = self._params_from(params)
         if method != "q0":
             args, kwargs = self._data(args, kwargs, method)
@@ -460,20 +490,23 @@ class AnnealedGuide(ContinuousGuide):
             sample_shape,
             method,
             batch_size,
+            mesh,
         )
 
     def _sample_posterior(
-        self, rng_key, state, params, args, kwargs, sample_shape, method, batch_size
+        self, rng_key, state, params, args, kwargs, sample_shape, method, batch_size, mesh=None
     ):
         q0, anneal, model_params = state
         n = self._num_draws(sample_shape)
-        latents = self._draw(rng_key, q0, anneal, model_params, args, kwargs, method, n, batch_size)
+        latents = self._draw(
+            rng_key, q0, anneal, model_params, args, kwargs, method, n, batch_size, mesh
+        )
         return self._reshape_draws(
             self._constrain(latents, params, args, kwargs, batch_size), sample_shape
         )
 
     def log_evidence(
-        self, rng_key, params, *args, num_particles=1000, batch_size=None, **kwargs
+        self, rng_key, params, *args, num_particles=1000, batch_size=None, mesh=None, **kwargs
     ) -> LogEvidence:
         """Estimate ``log Z = log p(x)`` from ``num_particles`` weighted particles (in systems
         of at most ``batch_size``), on the full data passed here.
@@ -486,27 +519,34 @@ class AnnealedGuide(ContinuousGuide):
         error ``sqrt(se_1² + se_2²)``. Both ``ess`` and ``se`` are estimated from the weights
         themselves, so with an ``ess`` of a few the error bar is itself unreliable: use more
         particles.
+
+        ``mesh``: a :class:`jax.sharding.Mesh`; each system's particles are split evenly over
+        all its devices (its size must divide ``num_particles`` and ``batch_size``), and XLA
+        partitions the annealing. Same estimate as without it, for the same key. With
+        resampling (SMC) a system spans the devices, so each resampling step gathers its
+        weights across them.
         """
         num_particles = check_positive_int("num_particles", num_particles)
         batch_size = check_batch_size(batch_size)
+        mesh = check_mesh(type(self).__name__, mesh, num_particles, batch_size)
         state = self._params_from(params)
         args, kwargs = self._data(args, kwargs, "importance")
         if not hasattr(self, "_jit_log_evidence"):
             self._jit_log_evidence = jit_by_leaves(self._log_evidence)
-        return self._jit_log_evidence(rng_key, state, args, kwargs, num_particles, batch_size)
+        return self._jit_log_evidence(rng_key, state, args, kwargs, num_particles, batch_size, mesh)
 
-    def _log_evidence(self, rng_key, state, args, kwargs, num_particles, batch_size):
+    def _log_evidence(self, rng_key, state, args, kwargs, num_particles, batch_size, mesh=None):
         q0, anneal, params = state
         run = lambda k, n: self._run(k, q0, anneal, params, args, kwargs, n, "target").log_weights
         if self._sampler.resampling is None:  # i.i.d. weights: pool every chunk
-            log_w = map_chunks(run, rng_key, num_particles, batch_size)
+            log_w = map_chunks(run, rng_key, num_particles, batch_size, mesh)
             se = weights.log_mean_exp_se(log_w)
         else:  # independent systems of `size`: each one's genealogy, combined
             size = num_particles if batch_size is None else min(batch_size, num_particles)
 
             def system(key):
                 out = self._run(key, q0, anneal, params, args, kwargs, size, "target")
-                return out.log_weights, out.log_Z, smc.log_Z_se(out)
+                return shard_particles(out.log_weights, mesh), out.log_Z, smc.log_Z_se(out)
 
             keys = jax.random.split(rng_key, math.ceil(num_particles / size))
             log_w, log_Z, se = jax.lax.map(system, keys)

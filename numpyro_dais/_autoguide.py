@@ -101,23 +101,69 @@ def check_batch_size(batch_size):
     return None if batch_size is None else check_positive_int("batch_size", batch_size)
 
 
+def check_mesh(owner, mesh, total, batch_size, what="num_particles"):
+    """``None``, or a :class:`jax.sharding.Mesh` whose size divides both ``total`` items
+    along the particle axis and the items computed at once (``batch_size``)."""
+    if mesh is None:
+        return None
+    if not isinstance(mesh, jax.sharding.Mesh):
+        raise TypeError(
+            f"{owner}: `mesh` must be None or a jax.sharding.Mesh, got {type(mesh).__name__}."
+        )
+    m = mesh.size
+    size = total if batch_size is None else min(batch_size, total)
+    if total % m or size % m:
+        fix = f"{what}={math.ceil(total / m) * m}"
+        if batch_size is not None:
+            fix += f", batch_size={math.ceil(size / m) * m}"
+        raise ValueError(
+            f"{owner}: a mesh of {m} devices does not divide {what}={total} "
+            f"(batch_size={batch_size}): the particle axis is split evenly over the mesh, so "
+            f"both must be multiples of {m}, e.g. {fix}; or use a mesh whose size divides them."
+        )
+    return mesh
+
+
+def shard_particles(tree, mesh):
+    """Place the leading (particle) axis of every array in ``tree`` on all axes of ``mesh``
+    (:func:`jax.lax.with_sharding_constraint`); XLA partitions the computation that produces
+    them. ``mesh=None``: unchanged."""
+    if mesh is None:
+        return tree
+    spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(mesh.axis_names))
+    return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, spec), tree)
+
+
 # -- vectorisation and compiled entry points ------------------------------------------------
 
 
-def map_batched(fn, xs, batch_size=None):
-    """``vmap(fn)(xs)``, or ``lax.map`` over chunks of ``batch_size`` to bound memory."""
+def map_batched(fn, xs, batch_size=None, mesh=None):
+    """``vmap(fn)(xs)``, or ``lax.map`` over chunks of ``batch_size`` to bound memory.
+    With a ``mesh``, each chunk's leading axis is split over it (:func:`shard_particles`)."""
     n = jax.tree.leaves(xs)[0].shape[0]
     if batch_size is None or batch_size >= n:
-        return jax.vmap(fn)(xs)
-    return jax.lax.map(fn, xs, batch_size=int(batch_size))
+        return shard_particles(jax.vmap(fn)(xs), mesh)
+    if mesh is None:
+        return jax.lax.map(fn, xs, batch_size=int(batch_size))
+    # lax.map(batch_size=b) spelt out, so that each vmapped chunk can be constrained
+    b = int(batch_size)
+    full = n // b * b
+    head = jax.tree.map(lambda x: x[:full].reshape((n // b, b) + x.shape[1:]), xs)
+    out = jax.lax.map(lambda x: shard_particles(jax.vmap(fn)(x), mesh), head)
+    out = jax.tree.map(lambda x: x.reshape((full,) + x.shape[2:]), out)
+    if full == n:
+        return out
+    tail = shard_particles(jax.vmap(fn)(jax.tree.map(lambda x: x[full:], xs)), mesh)
+    return jax.tree.map(lambda a, c: jnp.concatenate([a, c]), out, tail)
 
 
-def map_chunks(fn, rng_key, total: int, batch_size=None):
+def map_chunks(fn, rng_key, total: int, batch_size=None, mesh=None):
     """``fn(key, n)`` returns ``n`` items (leading axis); call it on chunks of at most
-    ``batch_size`` with independent keys and concatenate the first ``total`` items."""
+    ``batch_size`` with independent keys and concatenate the first ``total`` items. With a
+    ``mesh``, each chunk's items are split over it (:func:`shard_particles`)."""
     size = total if batch_size is None else min(int(batch_size), total)
     keys = jax.random.split(rng_key, math.ceil(total / size))
-    chunks = jax.lax.map(lambda k: fn(k, size), keys)
+    chunks = jax.lax.map(lambda k: shard_particles(fn(k, size), mesh), keys)
     return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[:total], chunks)
 
 

@@ -17,10 +17,11 @@ SCRIPTS = [
     "dais0_quickstart",
     "dsmcs_static_target",
     "gpvi_reproduction",
+    "scaling_devices",
     "sldais_scaling",
 ]
 #: scripts whose results are tables only
-NO_FIGURE = {"dsmcs_static_target", "sldais_scaling"}
+NO_FIGURE = {"dsmcs_static_target", "scaling_devices", "sldais_scaling"}
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

@@ -1,0 +1,195 @@
+"""Device scaling: ``log_evidence`` with many particles split over 1, 2, 4, ... devices.
+
+``AutoDAIS`` (``K = 8``, HMC) on a Bayesian logistic regression (``D = 10`` weights,
+``Nd = 200`` rows, synthetic), parameters from ``svi.init`` (untrained: the cost of a call
+does not depend on them). For each device count ``m`` a child process starts JAX with ``m``
+devices (on CPU, ``--xla_force_host_platform_device_count=m`` host devices, which share the
+machine's cores; on an accelerator, the first ``m`` devices) and times
+``log_evidence(..., num_particles=N, batch_size=B, mesh=Mesh(devices[:m]))`` compiled and
+warm (median of repeats), with ``m = 1`` (no mesh) as the baseline of the same run. Memory
+per device is XLA's own account of the compiled program (``compiled.memory_analysis()``:
+arguments + outputs + temporaries of one device's partition), plus the allocator's peak
+(``device.memory_stats()``) where the backend reports one (GPUs do, CPUs do not). Every
+row reports its ``log_Z`` and its difference from the baseline's (same key: it should be
+float rounding).
+
+Run from the repository root: ``python -m benchmarks.scaling_devices [--quick|--smoke]``.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import optax
+from jax.sharding import Mesh
+from numpyro.infer import SVI, Trace_ELBO
+
+from benchmarks._common import Stopwatch, markdown_table, parse_args, write_results
+from numpyro_dais import AutoDAIS
+
+NAME = "scaling_devices"
+MODULE = f"benchmarks.{NAME}"
+D, ND, K = 10, 200, 8
+SETTINGS = {
+    "full": dict(particles=1_000_000, batch_size=125_000, devices=(1, 2, 4, 8), repeats=5),
+    "quick": dict(particles=65_536, batch_size=None, devices=(1, 2, 4), repeats=5),
+    "smoke": dict(particles=256, batch_size=None, devices=(1, 2), repeats=2),
+}
+
+
+def model(X, y=None):
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+    with numpyro.plate("N", X.shape[0]):
+        numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+
+def data():
+    kx, kw, ky = jax.random.split(jax.random.key(0), 3)
+    X = jax.random.normal(kx, (ND, D))
+    w = jax.random.normal(kw, (D,))
+    return X, jax.random.bernoulli(ky, jax.nn.sigmoid(X @ w)).astype(np.float32)
+
+
+def worker(m, particles, batch_size, repeats):
+    """One device count, in this process: a dict of measurements."""
+    devices = jax.devices()[:m]
+    if len(devices) < m:
+        raise SystemExit(f"asked for {m} devices, JAX has {len(jax.devices())}")
+    X, y = data()
+    guide = AutoDAIS(model, K=K, num_particles=8)
+    svi = SVI(model, guide, optax.adam(0.01), Trace_ELBO())
+    params = svi.get_params(svi.init(jax.random.key(1), X, y))
+    mesh = None if m == 1 else Mesh(np.array(devices), ("particles",))
+    key = jax.random.key(2)
+
+    def evidence(p):
+        out = guide.log_evidence(
+            key, p, X, y, num_particles=particles, batch_size=batch_size, mesh=mesh
+        )
+        return out.log_Z
+
+    t0 = time.perf_counter()
+    compiled = jax.jit(evidence).lower(params).compile()
+    compile_s = time.perf_counter() - t0
+    log_Z = float(compiled(params))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(params))
+        times.append(time.perf_counter() - t0)
+    mem = compiled.memory_analysis()
+    xla_bytes = None
+    if mem is not None:
+        xla_bytes = mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
+    stats = devices[0].memory_stats() or {}
+    return dict(
+        devices=m,
+        platform=devices[0].platform,
+        seconds=statistics.median(times),
+        compile_s=compile_s,
+        xla_bytes=xla_bytes,
+        peak_bytes=stats.get("peak_bytes_in_use"),
+        log_Z=log_Z,
+    )
+
+
+def run_child(m, cfg):
+    """:func:`worker` in a fresh process with ``m`` devices; its dict."""
+    env = dict(os.environ)
+    if jax.default_backend() == "cpu":
+        flags = env.get("XLA_FLAGS", "")
+        env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={m}".strip()
+    args = [str(m), str(cfg["particles"]), str(cfg["batch_size"]), str(cfg["repeats"])]
+    proc = subprocess.run(
+        [sys.executable, "-m", MODULE, "--worker", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode:
+        raise RuntimeError(f"{m} devices: child failed\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def mib(x):
+    return "n/a" if x is None else f"{x / 2**20:.1f}"
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--worker":
+        m, particles, batch_size, repeats = argv[1:]
+        batch = None if batch_size == "None" else int(batch_size)
+        print(json.dumps(worker(int(m), int(particles), batch, int(repeats))))
+        return
+    args = parse_args(__doc__.splitlines()[0], argv)
+    cfg = SETTINGS[args.mode]
+    stopwatch = Stopwatch()
+    rows = []
+    for m in cfg["devices"]:
+        with stopwatch.lap(f"{m} devices"):
+            rows.append(run_child(m, cfg))
+        print(rows[-1], flush=True)
+    base = rows[0]
+    table = markdown_table(
+        [
+            "devices",
+            "time per call (s)",
+            "time / 1 device",
+            "XLA memory per device (MiB)",
+            "memory / 1 device",
+            "allocator peak (MiB)",
+            "log_Z",
+            "log_Z − 1 device",
+            "compile (s)",
+        ],
+        [
+            [
+                r["devices"],
+                f"{r['seconds']:.3f}",
+                f"{r['seconds'] / base['seconds']:.2f}",
+                mib(r["xla_bytes"]),
+                "n/a"
+                if r["xla_bytes"] is None or not base["xla_bytes"]
+                else f"{r['xla_bytes'] / base['xla_bytes']:.2f}",
+                mib(r["peak_bytes"]),
+                f"{r['log_Z']:.5f}",
+                f"{r['log_Z'] - base['log_Z']:.1e}",
+                f"{r['compile_s']:.1f}",
+            ]
+            for r in rows
+        ],
+    )
+    batch = cfg["batch_size"]
+    body = "\n".join(
+        [
+            f"AutoDAIS (K = {K}, HMC), logistic regression D = {D}, Nd = {ND}; "
+            f"`log_evidence` with {cfg['particles']:,} particles, batch_size = {batch}, "
+            f"split over a mesh of the first m devices ({base['platform']}); "
+            f"median of {cfg['repeats']} warm calls. Ratios against 1 device (no mesh) "
+            "in this run.",
+            "",
+            table,
+            "",
+            "XLA memory: arguments + outputs + temporaries of one device's program "
+            "(`compiled.memory_analysis()`); allocator peak: `device.memory_stats()`, "
+            "n/a where the backend reports none (CPU). On CPU the host devices share the "
+            f"machine's {os.cpu_count()} cores, and the machine may be shared with other "
+            "work (load average above).",
+        ]
+    )
+    title = "Device scaling: log_evidence over a mesh"
+    path = write_results(args.out_dir, NAME, args.mode, title, MODULE, body, stopwatch)
+    print(f"written to {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""Particles over a device mesh (``mesh=``): the same numbers as on one device.
+
+JAX fixes the number of host devices when it starts, so the checks run in a child pytest on
+4 CPU host devices (``--xla_force_host_platform_device_count=4``); in the parent run, on one
+device, only :func:`test_on_four_host_devices` runs, and the rest of the suite keeps one
+device.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import optax
+import pytest
+from jax.sharding import Mesh, NamedSharding
+from numpyro.infer import SVI, Trace_ELBO
+
+from numpyro_dais import AutoDAIS, AutoDSMCS
+from tests import models
+
+ROOT = Path(__file__).resolve().parent.parent
+CHILD = "NUMPYRO_DAIS_SHARDING_CHILD"
+DEVICES = 4
+
+child_only = pytest.mark.skipif(
+    os.environ.get(CHILD) != "1", reason="runs in the child of test_on_four_host_devices"
+)
+
+
+@pytest.mark.skipif(os.environ.get(CHILD) == "1", reason="the parent test")
+def test_on_four_host_devices():
+    env = dict(os.environ, **{CHILD: "1"})
+    flags = env.get("XLA_FLAGS", "")
+    env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={DEVICES}".strip()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert " passed" in proc.stdout and "skipped" in proc.stdout, proc.stdout[-2000:]
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    assert jax.device_count() == DEVICES, jax.devices()
+    return Mesh(np.array(jax.devices()), ("particles",))
+
+
+@pytest.fixture(scope="module")
+def dais_setup():
+    return _setup(AutoDAIS)
+
+
+def _setup(guide_cls, **options):
+    y = models.linear_gaussian_data()
+    guide = guide_cls(models.linear_gaussian, K=3, num_particles=4, **options)
+    svi = SVI(models.linear_gaussian, guide, optax.adam(0.01), Trace_ELBO())
+    return guide, svi.get_params(svi.init(jax.random.key(0), y)), y
+
+
+def _assert_close(a, b):
+    for x, z in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(z), rtol=1e-5, atol=1e-5)
+
+
+@child_only
+@pytest.mark.parametrize("guide_cls", [AutoDAIS, AutoDSMCS])
+@pytest.mark.parametrize("batch_size", [None, 8])
+def test_log_evidence_sharded_equals_unsharded(mesh, guide_cls, batch_size):
+    guide, params, y = _setup(guide_cls)
+    key = jax.random.key(1)
+    plain = guide.log_evidence(key, params, y, num_particles=24, batch_size=batch_size)
+    sharded = guide.log_evidence(key, params, y, num_particles=24, batch_size=batch_size, mesh=mesh)
+    _assert_close(sharded, plain)
+    assert np.isfinite(float(plain.log_Z))
+
+
+@child_only
+def test_particles_are_split_over_the_devices(mesh, dais_setup):
+    """The annealing itself is partitioned: the compiled program holds 32 / 4 = 8 particles
+    per device, never all 32 on one."""
+    guide, params, y = dais_setup
+    key = jax.random.key(1)
+    evidence = lambda p: guide.log_evidence(key, p, y, num_particles=32, mesh=mesh).log_Z
+    hlo = jax.jit(evidence).lower(params).compile().as_text()
+    assert "f32[8,2]" in hlo
+    assert "f32[32,2]" not in hlo and "f32[32]" not in hlo
+
+
+@child_only
+@pytest.mark.parametrize(
+    "method, batch_size", [("q0", None), ("dais", None), ("dais", 4), ("importance", 8)]
+)
+def test_draws_sharded_equal_unsharded(mesh, dais_setup, method, batch_size):
+    """``batch_size=8`` of 12 draws: a chunk of 8 and a remainder of 4, both split."""
+    guide, params, y = dais_setup
+    key = jax.random.key(2)
+    kw = dict(sample_shape=(12,), method=method, batch_size=batch_size)
+    plain = guide.sample_posterior(key, params, y, **kw)
+    sharded = guide.sample_posterior(key, params, y, mesh=mesh, **kw)
+    _assert_close(sharded, plain)
+    z = sharded["z"]
+    assert z.shape == (12, 2)
+    if batch_size is None:
+        assert isinstance(z.sharding, NamedSharding) and len(z.sharding.device_set) == DEVICES
+
+
+@child_only
+def test_mesh_must_divide_the_particles(mesh, dais_setup):
+    guide, params, y = dais_setup
+    with pytest.raises(ValueError, match=r"4 devices does not divide num_particles=30.*=32"):
+        guide.log_evidence(jax.random.key(0), params, y, num_particles=30, mesh=mesh)
+    with pytest.raises(ValueError, match=r"num_particles=32, batch_size=12"):
+        guide.log_evidence(jax.random.key(0), params, y, num_particles=32, batch_size=10, mesh=mesh)
+    with pytest.raises(ValueError, match=r"does not divide draws=6"):
+        guide.sample_posterior(jax.random.key(0), params, y, sample_shape=(6,), mesh=mesh)
+    with pytest.raises(TypeError, match="jax.sharding.Mesh"):
+        guide.log_evidence(jax.random.key(0), params, y, mesh=jax.devices())
