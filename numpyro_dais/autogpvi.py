@@ -44,15 +44,21 @@ JACOBIANS = ("auto", *gpvi.JACOBIANS)
 EXACT_MAX_DIM = 100
 
 
-#: guide name -> number of steps so far with non-finite particles (process-wide)
-_NONFINITE_STEPS = {}
-
-
-def _warn(guide_name, is_helper, num_nonfinite, num_fallback, total, helper_rel_loss, helper_loss):
+def _warn(
+    guide_name,
+    is_helper,
+    nonfinite_steps,
+    num_nonfinite,
+    num_fallback,
+    total,
+    helper_rel_loss,
+    helper_loss,
+):
+    """``nonfinite_steps``: the guide's one-element count of steps with non-finite particles."""
     n_bad, n_fb, total = int(num_nonfinite), int(num_fallback), int(total)
-    occurrence = _NONFINITE_STEPS.get(guide_name, 0) + 1 if n_bad else 0
     if n_bad:
-        _NONFINITE_STEPS[guide_name] = occurrence
+        nonfinite_steps[0] += 1
+    occurrence = nonfinite_steps[0]
     if n_bad and math.log10(occurrence).is_integer():  # steps 1, 10, 100, ...: not a flood
         warnings.warn(
             f"{guide_name}: {n_bad} of {total} particles had a non-finite log joint or "
@@ -82,11 +88,11 @@ def _warn(guide_name, is_helper, num_nonfinite, num_fallback, total, helper_rel_
         )
 
 
-def _report(guide_name, is_helper, num_nonfinite, out, total):
+def _report(guide_name, is_helper, nonfinite_steps, num_nonfinite, out, total):
     """Warn from inside jitted code (one host callback, fires only when something went wrong);
     returns the ``0.0`` to add to the loss (:func:`~numpyro_dais._autoguide.warn_from_jit`)."""
     return warn_from_jit(
-        functools.partial(_warn, guide_name, is_helper),
+        functools.partial(_warn, guide_name, is_helper, nonfinite_steps),
         (num_nonfinite, out.num_fallback),
         total,
         (out.helper_rel_loss, jax.lax.stop_gradient(out.helper_loss)),
@@ -246,6 +252,7 @@ class AutoGPVI(ContinuousGuide):
         self.monitor = monitor
         self.num_summary_draws = check_positive_int("num_summary_draws", num_summary_draws)
         self.report_divergences = report_divergences
+        self._nonfinite_steps = [0]  # steps with non-finite particles, for the warnings
         super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn)
 
     @staticmethod
@@ -358,7 +365,12 @@ class AutoGPVI(ContinuousGuide):
         factor = (out.log_joint[star] + out.monitor) + zero_with_grad
         if self.report_divergences:  # adds 0.0: the loss keeps the check in the program
             factor += _report(
-                type(self).__name__, self._jac == "helper", out.num_nonfinite, out.direction, N
+                type(self).__name__,
+                self._jac == "helper",
+                self._nonfinite_steps,
+                out.num_nonfinite,
+                out.direction,
+                N,
             )
         _numpyro.emit_log_weight(f"{self.prefix}_gpvi_surrogate", factor)
         return out.z_prime[star]

@@ -63,11 +63,6 @@ class FullData:
         return {}
 
     def dynamics(self, view, args, kwargs, params, rng_key):
-        # a plate that was full at set-up may subsample in a later call (numpyro's own
-        # test_subsample): refuse it here, before the model draws its indices from an
-        # enclosing seed inside the sampler's vmap
-        plates = subsampled_plates(trace_without_sampling(view.model, args, kwargs))
-        check_full_data(view.guide_name, plates)
         return log_joint(view, args, kwargs, params)
 
     def final(self, view, args, kwargs, params, batch=None):
@@ -78,9 +73,20 @@ class FullData:
         """Mini-batch of a multi-particle bound, drawn inside the guide run (none here)."""
         return None
 
+    def _check_plates(self, view, plates):
+        """Refuse this call's subsampled ``plates`` (``{name: (size, subsample_size)}``).
+
+        A plate that was full at set-up may subsample in a later call (numpyro's own
+        ``test_subsample``): refused here, once per call, before the model would draw its
+        indices from an enclosing seed inside the sampler's ``vmap``."""
+        check_full_data(view.guide_name, plates)
+
     def build(self, view, args, kwargs, params, rng_key, final="target", batch=None) -> Target:
         """The engine's target. ``final``: ``"target"`` (this target's final term on
         ``batch``, ``None``: all the data) or ``"omit"`` (the caller adds ``ℓ(z_K)``)."""
+        self._check_plates(
+            view, subsampled_plates(trace_without_sampling(view.model, args, kwargs))
+        )
         dyn = self.dynamics(view, args, kwargs, params, rng_key)
         if final == "omit":
             return Target(dyn, omit_final)
@@ -102,14 +108,9 @@ class _MiniBatchTarget(FullData):
                 "subsample_size=B)`, or pass `surrogate_model`."
             )
 
-    def build(self, view, args, kwargs, params, rng_key, final="target", batch=None) -> Target:
-        self._check_plates(view, args, kwargs)
-        return super().build(view, args, kwargs, params, rng_key, final, batch)
-
-    def _check_plates(self, view, args, kwargs):
+    def _check_plates(self, view, plates):
         # a call on all the data (e.g. sample_posterior) is fine; a mini-batch of another
         # size than at set-up is not
-        plates = subsampled_plates(trace_without_sampling(view.model, args, kwargs))
         if any(self.plates.get(name) != plate for name, plate in plates.items()):
             raise ValueError(
                 f"{view.guide_name} fixed its subsample plates at set-up as {self.plates} "

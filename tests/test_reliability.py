@@ -132,6 +132,11 @@ def test_gpvi_steers_out_of_a_nan_region():
     assert float(jnp.mean(draws[:, 0] > 1.0)) < 0.25
     messages = [str(w.message) for w in caught if "non-finite log joint" in str(w.message)]
     assert 1 <= len(messages) <= 3  # reported at the 1st, 10th, 100th such step, not each
+    # the count is the guide's own: a fresh guide reports its own first such step
+    with pytest.warns(RuntimeWarning, match="non-finite log joint"):
+        SVI(model, AutoGPVI(model), optax.adam(1e-2), Trace_ELBO()).run(
+            jax.random.key(0), 3, progress_bar=False
+        )
 
 
 # -- state and params --------------------------------------------------------------------------
