@@ -81,9 +81,10 @@ SYMKL_NOTE = """\
 `symKL*` is the theorem's limit (K → ∞, transitions that mix): the mean-field Gaussian with the
 least `KL(q‖p) + KL(p‖q)`. From d = 3 on it is not at the midpoint: the reverse KL of a broad
 `q` over two narrow modes grows faster with d than the forward KL of a `q` nearer one mode,
-so the optimum drifts towards a mode (class `u`, then `s`). The default DAIS₀ regime follows
-this limit through its explicit symmetrised-KL term; the paper's coverage at d = 7 comes from
-the finite-K, N = 4 bound, which `DAIS0w0` (q0 on the bound alone) reproduces."""
+so the optimum drifts towards a mode (class `u`). The default DAIS₀ regime follows this
+limit through its explicit symmetrised-KL term (and its forward half sees only the modes the
+N end points reached); `DAIS0w0` is q0 on the bound alone. The paper's coverage up to d = 7
+is thus beyond the theorem's limit."""
 
 # AutoDAIS reports "0 of N trajectories diverged" when vmapped (see the results file).
 warnings.filterwarnings("ignore", message=r"AutoDAIS: 0 of ")
