@@ -381,13 +381,11 @@ class AnnealedGuide(ContinuousGuide):
         q0, anneal, params = self._bound_safe((q0, anneal, params))
         key_run, key_sym, key_pick = jax.random.split(rng_key, 3)
         N = self.num_particles
-        # DAIS₀ regime: q0's location is held fixed in the bound (see _sym_kl_term)
-        q0_bound = q0._replace(loc=jax.lax.stop_gradient(q0.loc)) if self.sym_kl_weight else q0
         if N == 1:  # the model's own term of the ELBO supplies ℓ(z_K)
-            out = self._run(key_run, q0_bound, anneal, params, args, kwargs, N, final="omit")
+            out = self._run(key_run, q0, anneal, params, args, kwargs, N, final="omit")
         else:
             batch = self._target.bound_batch()
-            out = self._run(key_run, q0_bound, anneal, params, args, kwargs, N, "target", batch)
+            out = self._run(key_run, q0, anneal, params, args, kwargs, N, "target", batch)
         objective = out.log_Z + self._sym_kl_term(q0, params, args, kwargs, out, key_sym)
         if self.report_divergences:  # adds 0.0: the loss keeps the check in the program
             name, info = type(self).__name__, self._step_info()
@@ -404,20 +402,15 @@ class AnnealedGuide(ContinuousGuide):
 
         ``Ĵ`` estimates ``KL(q0 ‖ p) + KL(p ‖ q0)`` (:func:`engine.dais0.symmetrized_kl`);
         the model's parameters are held fixed in it, and the particles and weights are
-        stopped, so the transitions and the model see only the bound. ``q0``'s location
-        was held fixed in the run, so it follows this term alone: where the transitions mix,
-        the bound's location gradient is ``−∇J / 2K`` (the same direction), and where they
-        transport ``q0`` it is noise around zero that would drown the term's signal.
+        stopped, so the transitions and the model see only the bound.
         """
         if not self.sym_kl_weight:
             return 0.0
         fixed = jax.lax.stop_gradient(params)
         key_target, _ = jax.random.split(rng_key)
         dynamics = self._target.dynamics(self._view, args, kwargs, fixed, key_target)
-        # the run's z0 = loc + scale·ε, with ∂z0/∂loc = I restored
-        z0 = out.z0 + (q0.loc - jax.lax.stop_gradient(q0.loc))
         J = dais0.symmetrized_kl(
-            lambda z: gaussian.log_prob(q0, z), dynamics, z0, out.z, out.log_weights
+            lambda z: gaussian.log_prob(q0, z), dynamics, out.z0, out.z, out.log_weights
         )
         return -(self.sym_kl_weight / self.K) * (J - jax.lax.stop_gradient(J))
 
