@@ -30,11 +30,9 @@ def test_every_notebook_declares_its_guides():
         assert _requires(path), f"{path.name}: metadata numpyro_dais.requires is missing"
 
 
-#: notebooks still stored without outputs. dsmcs: its full run (K = 16, N = 32, 1,500 steps,
-#: eta_max = 0.5) diverged on every particle late in training with the current defaults, so
-#: its story needs new settings before its outputs are stored; run a notebook with
+#: notebooks stored without outputs (none now); run a notebook with
 #: `jupyter nbconvert --to notebook --execute --inplace examples/<name>.ipynb`
-NOT_YET_EXECUTED = {"dsmcs.ipynb"}
+NOT_YET_EXECUTED: set[str] = set()
 
 
 def test_notebooks_are_stored_with_the_outputs_of_a_full_run():
