@@ -11,6 +11,8 @@ numpyro's ``AutoNormal``. Errors are relative Frobenius norms ``‖Ĉ − C‖_F
 ``‖m̂ − m‖ / ‖m‖`` from 20,000 draws (the paper's normalisation did not survive in our
 copy; the reference code normalises by the true quantity's norm).
 
+The open-set task lives in ``benchmarks/gpvi_open_set.py``.
+
 Run from the repository root: ``python -m benchmarks.gpvi_reproduction [--quick|--smoke]``;
 writes ``benchmarks/results/gpvi_reproduction{_quick,_smoke}.md`` and
 ``gpvi_reproduction{_quick,_smoke}_potentials.png``.

@@ -44,3 +44,24 @@ def test_benchmark_smoke(name, tmp_path):
     assert f"python -m benchmarks.{name} --smoke" in text
     assert "cpu count" in text and "jax" in text
     assert bool(list(tmp_path.glob("*.png"))) == (name not in NO_FIGURE)
+
+
+def test_gpvi_open_set_smoke(tmp_path):
+    """``gpvi_open_set --smoke``: a table (no figure) from a subset of the 8×8 digits."""
+    pytest.importorskip("sklearn")  # load_digits and roc_auc_score
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="Agg")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpvi_open_set", "--smoke", "--out-dir", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (tmp_path / "gpvi_open_set_smoke.md").read_text()
+    assert "python -m benchmarks.gpvi_open_set --smoke" in text
+    assert "cpu count" in text and "jax" in text
+    assert "| GPVI (helper) |" in text and "| AutoDelta (MAP) |" in text
+    assert "Where we fall short of the paper" in text
+    assert not list(tmp_path.glob("*.png"))
