@@ -37,6 +37,43 @@ if "XLA_FLAGS" not in os.environ:
     os.environ["XLA_FLAGS"] = _xla_flags()
 
 
+#: tests that run a child process for tens of seconds, slowest first (a node id prefix each)
+LONG_RUNNING = (
+    "tests/test_benchmarks_smoke.py::test_benchmark_smoke[sldais_scaling]",
+    "tests/test_benchmarks_smoke.py::test_benchmark_smoke[gpvi_reproduction]",
+    "tests/test_notebooks.py::test_notebook_executes",
+    "tests/test_sharding.py::test_on_four_host_devices",
+    "tests/test_benchmarks_smoke.py",
+    "tests/test_examples.py",
+    "tests/test_reliability.py::test_sldais_checkpoint_resumes_exactly_in_a_fresh_process",
+    "tests/test_docs.py::test_docs_build_strict",
+)
+
+
+def _rank(item):
+    return next((i for i, p in enumerate(LONG_RUNNING) if item.nodeid.startswith(p)), None)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Spread the long-running tests over the first 60% of the run, slowest first, so that
+    with pytest-xdist both workers get some of them early and the run does not end on one of
+    them while the other worker waits. The rest keep their order, and a long test goes in
+    only between two test files, so that no module-scoped fixture is set up twice. The
+    order changes no result: every test sets up its own state."""
+    ranked = sorted((r, i) for i, item in enumerate(items) if (r := _rank(item)) is not None)
+    if not ranked:
+        return
+    long = [items[i] for _, i in ranked]
+    rest = [item for item in items if _rank(item) is None]
+    step = 0.6 * len(items) / len(long)
+    order = []
+    for k, item in enumerate(long):
+        while rest and (len(order) < round(k * step) or (order and order[-1].path == rest[0].path)):
+            order.append(rest.pop(0))
+        order.append(item)
+    items[:] = order + rest
+
+
 @pytest.fixture(autouse=True)
 def _no_numpyro_mismatch_warnings():
     """numpyro's own test config turns model/guide mismatch warnings into errors; so do we."""
