@@ -17,12 +17,17 @@ def _xla_flags():
     * ``--xla_cpu_use_fusion_emitters=false``: XLA:CPU's older loop emitters instead of its
       MLIR fusion emitters, which cost about as much again as the rest of a compile: the
       compile of an AutoDAIS ``svi.update`` took 1.1 s instead of 2.6 s, and the CPU time of
-      the suite fell by about half. It changes no result beyond float32 round-off. A jaxlib
-      that does not know the flag aborts on it, so it is added only where a child Python
-      with it starts a backend.
+      the suite fell by about 40%.
+    * ``--xla_cpu_parallel_codegen_split_count=1``: one LLVM module per program, not one
+      split into parts that threads compile in parallel; splitting costs CPU time that 2
+      cores, both busy with a test each, cannot recover (compiles took 20% less CPU time).
+
+    None of them changes a result beyond float32 round-off. A jaxlib that does not know a
+    flag aborts on it, so the last two are added only where a child Python with them starts
+    a backend.
     """
     base = "--xla_backend_optimization_level=0"
-    extra = "--xla_cpu_use_fusion_emitters=false"
+    extra = "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1"
     probe = subprocess.run(
         [sys.executable, "-c", "import jax; jax.numpy.zeros(()).block_until_ready()"],
         env=dict(os.environ, XLA_FLAGS=f"{base} {extra}", JAX_PLATFORMS="cpu"),
