@@ -1,13 +1,117 @@
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import warnings
 
 import pytest
 
-# The suite's runs are small, so its time goes to XLA compilation, not to running the code:
-# without LLVM's optimisation passes a compile is much cheaper (five of the slowest tests ran
-# 34% faster on 2 CPU cores). Read when JAX starts its backend, so it must be set before
-# the first computation; subprocesses (notebook kernels, benchmark smoke runs) inherit it.
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+
+def _xla_flags():
+    """XLA flags that make compilation cheap; the suite's runs are small, so its time goes to
+    XLA compilation, not to running the code.
+
+    * ``--xla_backend_optimization_level=0``: no LLVM optimisation passes (five of the
+      slowest tests ran 34% faster on 2 CPU cores).
+    * ``--xla_cpu_use_fusion_emitters=false``: XLA:CPU's older loop emitters instead of its
+      MLIR fusion emitters, which cost about as much again as the rest of a compile: the
+      compile of an AutoDAIS ``svi.update`` took 1.1 s instead of 2.6 s, and the CPU time of
+      the suite fell by about 40%.
+    * ``--xla_cpu_parallel_codegen_split_count=1``: one LLVM module per program, not one
+      split into parts that threads compile in parallel; splitting costs CPU time that 2
+      cores, both busy with a test each, cannot recover (compiles took 20% less CPU time).
+
+    None of them changes a result beyond float32 round-off. A jaxlib that does not know a
+    flag aborts on it, so the last two are added only where a child Python with them starts
+    a backend.
+    """
+    base = "--xla_backend_optimization_level=0"
+    extra = "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1"
+    probe = subprocess.run(
+        [sys.executable, "-c", "import jax; jax.numpy.zeros(()).block_until_ready()"],
+        env=dict(os.environ, XLA_FLAGS=f"{base} {extra}", JAX_PLATFORMS="cpu"),
+        capture_output=True,
+        timeout=120,
+    )
+    return f"{base} {extra}" if probe.returncode == 0 else base
+
+
+# Read when JAX starts its backend, so it must be set before the first computation. Set once,
+# in the process that starts the run: pytest-xdist's workers and the subprocesses of the
+# suite (notebook kernels, benchmark smoke runs, the sharding child) inherit it.
+if "XLA_FLAGS" not in os.environ:
+    os.environ["XLA_FLAGS"] = _xla_flags()
+
+
+#: tests that run a child process for tens of seconds, slowest first (a node id prefix each)
+LONG_RUNNING = (
+    "tests/test_benchmarks_smoke.py::test_benchmark_smoke[sldais_scaling]",
+    "tests/test_benchmarks_smoke.py::test_benchmark_smoke[gpvi_reproduction]",
+    "tests/test_notebooks.py::test_notebook_executes",
+    "tests/test_sharding.py::test_on_four_host_devices",
+    "tests/test_benchmarks_smoke.py",
+    "tests/test_examples.py",
+    "tests/test_reliability.py::test_sldais_checkpoint_resumes_exactly_in_a_fresh_process",
+    "tests/test_docs.py::test_docs_build_strict",
+)
+
+
+def _rank(item):
+    return next((i for i, p in enumerate(LONG_RUNNING) if item.nodeid.startswith(p)), None)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Spread the long-running tests over the first 60% of the run, slowest first, so that
+    with pytest-xdist both workers get some of them early and the run does not end on one of
+    them while the other worker waits. The rest keep their order, and a long test goes in
+    only between two test files, so that no module-scoped fixture is set up twice. The
+    order changes no result: every test sets up its own state."""
+    ranked = sorted((r, i) for i, item in enumerate(items) if (r := _rank(item)) is not None)
+    if not ranked:
+        return
+    long = [items[i] for _, i in ranked]
+    rest = [item for item in items if _rank(item) is None]
+    step = 0.6 * len(items) / len(long)
+    order = []
+    for k, item in enumerate(long):
+        while rest and (len(order) < round(k * step) or (order and order[-1].path == rest[0].path)):
+            order.append(rest.pop(0))
+        order.append(item)
+    items[:] = order + rest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compilation_cache_for_child_processes():
+    """A JAX compilation cache shared by the child processes this test process starts one
+    after another (benchmark smoke runs, notebook kernels, the sharding child, ...).
+
+    Each child compiles hundreds of small programs (eager operations) that the previous
+    child compiled too; with the cache, the later ones load them instead (13-20% less CPU
+    time in a row of benchmark smoke runs). The cache is new for every run and every test
+    process (pytest-xdist worker), so nothing carries over between runs and no two processes
+    write it at the same time (a test process waits for its child). Executables with host
+    callbacks are never cached by JAX. This process itself does not use it: JAX read its
+    configuration from the environment when the test modules imported it.
+    """
+    import jax  # noqa: F401  (this process's configuration is read before the change)
+
+    path = tempfile.mkdtemp(prefix="numpyro_dais_jax_cache_")
+    env = {
+        "JAX_COMPILATION_CACHE_DIR": path,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
