@@ -308,11 +308,22 @@ def test_deterministic_and_constrained_sites():
     )
 
 
-@pytest.mark.parametrize("method", ["q0", "dais", "importance"])
-def test_predictive_agrees_with_sample_posterior(method):
+@pytest.fixture(scope="module")
+def k4n4():
+    """A K = 4, N = 4 guide trained for 500 steps, for the tests of posterior access (one
+    training, not one per test: the draws depend on the parameters, not on how they were
+    trained)."""
     y = models.linear_gaussian_data()
+    guide = AutoDAIS(models.linear_gaussian, K=4, num_particles=4)
+    return y, _fit(guide, models.linear_gaussian, y, steps=500).params
+
+
+@pytest.mark.parametrize("method", ["q0", "dais", "importance"])
+def test_predictive_agrees_with_sample_posterior(k4n4, method):
+    y, params = k4n4
     guide = AutoDAIS(models.linear_gaussian, K=4, num_particles=4, posterior_method=method)
-    params = _fit(guide, models.linear_gaussian, y, steps=500).params
+    with handlers.seed(rng_seed=0):
+        guide(y)  # set-up only: the draws below use the trained `params`
     a = guide.sample_posterior(jax.random.key(0), params, y, sample_shape=(2000,))["z"]
     b = Predictive(
         models.linear_gaussian, guide=guide, params=params, num_samples=2000, return_sites=["z"]
@@ -323,10 +334,11 @@ def test_predictive_agrees_with_sample_posterior(method):
     assert bool((jnp.abs(a.mean(0) - b.mean(0)) < 5 * jnp.sqrt(2.0) * se).all())
 
 
-def test_sample_posterior_batch_size_and_methods():
-    y = models.linear_gaussian_data()
+def test_sample_posterior_batch_size_and_methods(k4n4):
+    y, params = k4n4
     guide = AutoDAIS(models.linear_gaussian, K=4, num_particles=4)
-    params = _fit(guide, models.linear_gaussian, y, steps=20).params
+    with handlers.seed(rng_seed=0):
+        guide(y)  # set-up only
     for method in ("q0", "importance"):
         a = guide.sample_posterior(jax.random.key(0), params, y, sample_shape=(6, 5), method=method)
         b = guide.sample_posterior(
