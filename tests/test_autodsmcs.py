@@ -52,7 +52,7 @@ def test_loss_is_minus_the_smc_bound():
     log_Z = guide.diagnostics(jax.random.PRNGKey(6), params, Y, num_systems=2000).log_Z
     se = np.hypot(np.std(losses), np.std(log_Z)) / np.sqrt(2000)
     assert abs(float(-np.mean(losses) - np.mean(log_Z))) < 4 * se
-    grad = jax.grad(lambda p: Trace_ELBO().loss(keys[0], p, model, guide, Y))(params)
+    grad = jax.jit(jax.grad(lambda p: Trace_ELBO().loss(keys[0], p, model, guide, Y)))(params)
     assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grad))
     assert np.any(grad["auto_z_0_loc"] != 0)
 

@@ -96,12 +96,12 @@ def test_flat_prior_fits():
 
 
 @pytest.mark.parametrize("method", ["q0", "importance", "dais"])
-def test_predictive_on_new_inputs(data, method):
+def test_predictive_on_new_inputs(data, trained, method):
     """q0 needs no data; the annealed methods need the observations and say so."""
     X, y = data
+    _, params = trained  # the same K and N: the parameters fit any posterior_method
     guide = AutoDAIS(regression, K=2, num_particles=2, posterior_method=method)
-    svi = SVI(regression, guide, optax.adam(1e-2), Trace_ELBO())
-    params = svi.run(jax.random.key(0), 20, X, y, progress_bar=False).params
+    SVI(regression, guide, optax.adam(1e-2), Trace_ELBO()).init(jax.random.key(0), X, y)
     predictive = Predictive(regression, guide=guide, params=params, num_samples=10)
     assert predictive(jax.random.key(1), X, y)["y"].shape == (10, 50)
     if method == "q0":
