@@ -60,33 +60,22 @@ PAPER_ACC = 0.993
 GENERATOR_LR = 5e-3
 DEFAULT_LR = 5e-2
 HELPER_LR = 3e-3
+FULL = dict(
+    seeds=3,
+    steps=1000,
+    particles=32,
+    helper_hidden=100,
+    hidden=16,
+    draws=100,
+    timing_repeats=3,
+    timing_steps=10,
+    train_subset=None,
+    test_subset=None,
+    default_lr_rows=True,
+)
 SETTINGS = {
-    "full": dict(
-        seeds=3,
-        steps=1000,
-        particles=32,
-        helper_hidden=100,
-        hidden=16,
-        draws=100,
-        timing_repeats=3,
-        timing_steps=10,
-        train_subset=None,
-        test_subset=None,
-        default_lr_rows=True,
-    ),
-    "quick": dict(
-        seeds=1,
-        steps=300,
-        particles=32,
-        helper_hidden=100,
-        hidden=16,
-        draws=100,
-        timing_repeats=3,
-        timing_steps=5,
-        train_subset=None,
-        test_subset=None,
-        default_lr_rows=True,
-    ),
+    "full": FULL,
+    "quick": dict(FULL, seeds=1, steps=300, timing_steps=5),
     "smoke": dict(
         seeds=1,
         steps=2,

@@ -53,7 +53,7 @@ def test_notebooks_are_stored_with_the_outputs_of_a_full_run():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_executes(path):
+def test_notebook_executes(path, monkeypatch):
     nbformat = pytest.importorskip("nbformat", reason="needs nbformat (the `test` extra)")
     nbclient = pytest.importorskip("nbclient", reason="needs nbclient (the `test` extra)")
     pytest.importorskip("ipykernel", reason="needs ipykernel (the `test` extra)")
@@ -61,23 +61,14 @@ def test_notebook_executes(path):
     missing = [name for name in _requires(path) if not hasattr(numpyro_dais, name)]
     assert not missing, f"{path.name} needs numpyro_dais.{', '.join(missing)}, not exported"
 
-    env = {
-        "NUMPYRO_DAIS_NB_SMALL": "1",
-        "MPLBACKEND": "Agg",
-        # the kernel imports the same numpyro_dais as this test (checked above)
-        "PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_ROOT, os.environ.get("PYTHONPATH")])),
-    }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the kernel inherits the test process's environment
-    try:
-        nb = nbformat.read(path, as_version=4)
-        client = nbclient.NotebookClient(
-            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
-        )
-        client.execute()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    # the kernel inherits the test process's environment; monkeypatch restores it
+    monkeypatch.setenv("NUMPYRO_DAIS_NB_SMALL", "1")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    # the kernel imports the same numpyro_dais as this test (checked above)
+    paths = [PACKAGE_ROOT, os.environ.get("PYTHONPATH")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
+    nb = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
+    )
+    client.execute()
