@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions as dist
 import optax
 from numpyro.infer import SVI, RenyiELBO, Trace_ELBO
 from numpyro.infer.autoguide import AutoDiagonalNormal
@@ -24,6 +25,39 @@ def sir_moments(key, q, log_joint, num_draws, num_proposals):
 
     z = jax.lax.map(one, jax.random.split(key, num_draws), batch_size=100)
     return np.asarray(z.mean(0)), np.asarray(z.std(0))
+
+
+def symkl_optimum(log_p, z_p, init_loc, key, num_draws=4000, num_steps=3000, lr=1e-2):
+    """The mean-field ``q = N(m, diag(s²))`` minimising ``KL(q‖p) + KL(p‖q)``: the K → ∞
+    limit of DAIS₀ with transitions that mix (Zenn & Bamler, 2024, Thm. 4.1).
+
+    ``log_p``: unnormalised log density of one point ``(d,)``; ``z_p``: draws from ``p``,
+    ``(M, d)``. Both KLs are estimated on fixed draws (``ε ~ N(0, I)`` reparameterising ``q``,
+    and ``z_p``), so the objective is deterministic; Adam from ``N(init_loc, I)``. Returns
+    ``(loc, scale)``, each ``(d,)``.
+    """
+    d = z_p.shape[-1]
+    eps = jax.random.normal(key, (num_draws, d))
+
+    def objective(theta):
+        m, s = theta[0], jnp.exp(theta[1])
+        q = dist.Normal(m, s).to_event(1)
+        z_q = m + s * eps
+        reverse = jnp.mean(q.log_prob(z_q) - jax.vmap(log_p)(z_q))
+        forward = -jnp.mean(q.log_prob(z_p))  # + E_p[log p], constant in q
+        return reverse + forward
+
+    theta = jnp.stack([jnp.asarray(init_loc, jnp.float32), jnp.zeros(d)])
+    opt = optax.adam(lr)
+
+    def step(carry, _):
+        theta, state = carry
+        updates, state = opt.update(jax.grad(objective)(theta), state)
+        return (optax.apply_updates(theta, updates), state), None
+
+    run = jax.jit(lambda t: jax.lax.scan(step, (t, opt.init(t)), None, num_steps)[0][0])
+    theta = run(theta)
+    return np.asarray(theta[0]), np.asarray(jnp.exp(theta[1]))
 
 
 def mae(est, truth):

@@ -36,6 +36,7 @@ from benchmarks._common import (
     parse_args,
     write_results,
 )
+from benchmarks._compact import symkl_optimum
 from benchmarks.baselines import msc
 from numpyro_dais import AutoDAIS
 
@@ -147,37 +148,12 @@ def fit_numpyro(method, N, K, d, steps, key):
     return out
 
 
-def symkl_optimum(d, key, num_draws=4000, num_steps=3000):
-    """The mean-field ``q = N(m, diag(s²))`` minimising ``KL(q‖p) + KL(p‖q)``.
-
-    Both KLs are estimated on fixed draws (``ε ~ N(0, I)`` reparameterising ``q``, ``z ~ p``),
-    so the objective is deterministic; Adam from ``N(½·1 + small noise, I)``. Returns
-    ``[(loc, scale)]`` twice (no half-way point: not a training run).
-    """
-    k_eps, k_p, k_init = jax.random.split(key, 3)
-    eps = jax.random.normal(k_eps, (num_draws, d))
-    z_p = bimodal(d).sample(k_p, (num_draws,))
-    log_p = bimodal(d).log_prob
-
-    def objective(theta):
-        m, s = theta[0], jnp.exp(theta[1])
-        q = dist.Normal(m, s).to_event(1)
-        z_q = m + s * eps
-        reverse = jnp.mean(q.log_prob(z_q) - log_p(z_q))
-        forward = -jnp.mean(q.log_prob(z_p))  # + E_p[log p], constant in q
-        return reverse + forward
-
-    theta = jnp.stack([0.5 + 0.01 * jax.random.normal(k_init, (d,)), jnp.zeros(d)])
-    opt = optax.adam(1e-2)
-
-    def step(carry, _):
-        theta, state = carry
-        g = jax.grad(objective)(theta)
-        updates, state = opt.update(g, state)
-        return (optax.apply_updates(theta, updates), state), None
-
-    (theta, _), _ = jax.jit(lambda t: jax.lax.scan(step, (t, opt.init(t)), None, num_steps))(theta)
-    fit = (np.asarray(theta[0]), np.asarray(jnp.exp(theta[1])))
+def symkl_reference(d, key):
+    """:func:`benchmarks._compact.symkl_optimum` on the bimodal target, from ``½·1`` plus
+    small noise; returns ``[(loc, scale)]`` twice (no half-way point: not a training run)."""
+    k_p, k_init, k_fit = jax.random.split(key, 3)
+    init = 0.5 + 0.01 * jax.random.normal(k_init, (d,))
+    fit = symkl_optimum(bimodal(d).log_prob, bimodal(d).sample(k_p, (4000,)), init, k_fit)
     return [fit, fit]
 
 
@@ -219,7 +195,7 @@ def run_grid(cfg, sw):
                     fits[(f"MSC{chains}c", N, d)] = f
         for d in dims:
             key, sub = jax.random.split(key)
-            fits[("symKL*", N, d)] = symkl_optimum(d, sub)
+            fits[("symKL*", N, d)] = symkl_reference(d, sub)
             for method in ["VI", "IWVI"] + dais_methods(cfg):
                 key, sub = jax.random.split(key)
                 K = int(method[method.index("(") + 1 : -1]) if method.startswith("DAIS") else 0

@@ -61,10 +61,10 @@ class AutoDAIS(AnnealedGuide):
         are summed into one warning); a healthy step pays only the fixed cost of a compiled
         program holding a callback, tens of µs on CPU.
     :param float sym_kl_weight: weight ``w`` of the explicit symmetrised-KL term that only
-        ``q0`` sees: ``q0`` follows the gradient of ``L_{N,K} − (w/K)·[KL(q0‖p) +
-        KL(p‖q0)]`` while the transitions and the reported loss see only the bound (the
-        DAIS₀ regime). Default: 1 when ``posterior_method="q0"``, else 0 (``q0`` on the
-        bound alone: best bound, end points and evidence).
+        ``q0``'s location sees: it follows the gradient of ``L_{N,K} − (w/K)·[KL(q0‖p) +
+        KL(p‖q0)]``, while ``q0``'s scale, the transitions and the reported loss see only
+        the bound (the DAIS₀ regime). Default: 1 when ``posterior_method="q0"``, else 0
+        (``q0`` on the bound alone: best bound, end points and evidence).
     """
 
     def __init__(

@@ -148,39 +148,38 @@ def _loss_and_grads(sym_kl_weight, seed=5):
     return jax.jit(jax.value_and_grad(f))(params)
 
 
-def test_sym_kl_term_moves_only_q0():
-    """The DAIS₀ term leaves the loss (minus the bound) and the gradients of the transition
-    parameters exactly as they are; it adds ``−(w / K) ∇J`` to q0's gradient, linear in w."""
+def test_sym_kl_term_moves_only_q0_location():
+    """The DAIS₀ term leaves the loss (minus the bound) and the gradients of q0's scale and
+    of the transition parameters exactly as they are; it adds ``−(w / K) ∇J`` to the
+    gradient of q0's location, linear in w."""
     (v0, g0), (v1, g1), (v2, g2) = (_loss_and_grads(w) for w in (0.0, 1.0, 2.0))
     np.testing.assert_allclose(v0, v1, rtol=1e-6)
     np.testing.assert_allclose(v0, v2, rtol=1e-6)
-    q0_sites = {"auto_z_0_loc", "auto_z_0_scale"}
     for name in g0:
-        if name in q0_sites:
+        if name == "auto_z_0_loc":
             assert not np.allclose(g0[name], g1[name]), name
             np.testing.assert_allclose(g2[name] - g1[name], g1[name] - g0[name], atol=1e-4)
         else:
             np.testing.assert_allclose(g0[name], g1[name], rtol=1e-6, atol=1e-7)
 
 
-def test_dais0_default_fits_the_symmetrised_kl():
+def test_dais0_default_gets_the_exact_mean_and_marginal_stds():
     """Default settings (q0 is the posterior, so ``sym_kl_weight=1``) on a correlated
-    Gaussian posterior (ρ = −0.91): q0's mean is the exact mean, and each std lies between
-    the mean-field reverse-KL std ``Λ_ii^{-1/2}`` (0.27, 0.26) and the exact marginal std
-    (0.68, 0.64), where a symmetrised-KL fit must sit (its optimum: 0.43, 0.41)."""
+    Gaussian posterior (ρ = −0.91): the symmetrised-KL term anchors q0's mean at the exact
+    mean, and the scale, on the bound alone, reaches the exact marginal stds (0.68, 0.64),
+    the best a diagonal q0 can do. A symmetrised-KL fit of the scale would sit at 0.63× of
+    them (0.43, 0.41), a reverse-KL fit at 0.40× (0.27, 0.26)."""
     y = models.linear_gaussian_data()
     mean, cov = models.linear_gaussian_posterior(y)
     guide = AutoDAIS(models.linear_gaussian, K=4, num_particles=8)
     params = _fit(guide, models.linear_gaussian, y, steps=2000, lr=0.02).params
     sd = jnp.sqrt(jnp.diag(cov))
-    reverse_sd = 1 / jnp.sqrt(jnp.diag(jnp.linalg.inv(cov)))
-    # Adam at lr 0.02 leaves the mean jittering by ~0.05 sd; 0.15 sd is a 3x margin
-    np.testing.assert_array_less(jnp.abs(params["auto_z_0_loc"] - mean), 0.15 * sd)
-    q0_sd = params["auto_z_0_scale"]
-    # strictly inside, with a margin of 10 % of the interval for the same jitter
-    margin = 0.1 * (sd - reverse_sd)
-    np.testing.assert_array_less(reverse_sd + margin, q0_sd)
-    np.testing.assert_array_less(q0_sd, sd - margin)
+    # seeds 0-4: mean within 0.15 sd (Adam's jitter at lr 0.02), std 0.95-1.14x the
+    # marginal; the bounds below leave a margin and exclude the symmetrised-KL scale
+    np.testing.assert_array_less(jnp.abs(params["auto_z_0_loc"] - mean), 0.25 * sd)
+    ratio = params["auto_z_0_scale"] / sd
+    np.testing.assert_array_less(0.8, ratio)
+    np.testing.assert_array_less(ratio, 1.25)
 
 
 def test_transport_check_fires_on_a_transported_q0_only():
