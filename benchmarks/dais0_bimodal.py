@@ -55,11 +55,17 @@ SETTINGS = {
         steps=PAPER_STEPS,
         dais_steps=PAPER_STEPS,
         msc_steps=PAPER_STEPS,
+        symkl=(4000, 3000),
     ),
     "quick": dict(
-        grid={4: (1, 3, 7)}, Ks=(2, 16), steps=1000, dais_steps=1000, msc_steps=PAPER_STEPS
+        grid={4: (1, 3, 7)},
+        Ks=(2, 16),
+        steps=1000,
+        dais_steps=1000,
+        msc_steps=PAPER_STEPS,
+        symkl=(4000, 3000),
     ),
-    "smoke": dict(grid={2: (2,)}, Ks=(2,), steps=4, dais_steps=4, msc_steps=4),
+    "smoke": dict(grid={2: (2,)}, Ks=(2,), steps=4, dais_steps=4, msc_steps=4, symkl=(50, 20)),
 }
 
 SHORTFALL = """\
@@ -148,12 +154,13 @@ def fit_numpyro(method, N, K, d, steps, key):
     return out
 
 
-def symkl_reference(d, key):
+def symkl_reference(d, key, num_draws, num_steps):
     """:func:`benchmarks._compact.symkl_optimum` on the bimodal target, from ``½·1`` plus
     small noise; returns ``[(loc, scale)]`` twice (no half-way point: not a training run)."""
     k_p, k_init, k_fit = jax.random.split(key, 3)
     init = 0.5 + 0.01 * jax.random.normal(k_init, (d,))
-    fit = symkl_optimum(bimodal(d).log_prob, bimodal(d).sample(k_p, (4000,)), init, k_fit)
+    z_p = bimodal(d).sample(k_p, (num_draws,))
+    fit = symkl_optimum(bimodal(d).log_prob, z_p, init, k_fit, num_draws, num_steps)
     return [fit, fit]
 
 
@@ -195,7 +202,7 @@ def run_grid(cfg, sw):
                     fits[(f"MSC{chains}c", N, d)] = f
         for d in dims:
             key, sub = jax.random.split(key)
-            fits[("symKL*", N, d)] = symkl_reference(d, sub)
+            fits[("symKL*", N, d)] = symkl_reference(d, sub, *cfg["symkl"])
             for method in ["VI", "IWVI"] + dais_methods(cfg):
                 key, sub = jax.random.split(key)
                 K = int(method[method.index("(") + 1 : -1]) if method.startswith("DAIS") else 0

@@ -50,6 +50,7 @@ SETTINGS = {
         nuts=(1000, 5000, 2),
         dais_draws=10_000,
         sir=(1000, 1000),
+        symkl=(4000, 3000),
     ),
     "quick": dict(
         datasets=("breast_cancer", "iris"),
@@ -58,9 +59,16 @@ SETTINGS = {
         nuts=(500, 2000, 1),
         dais_draws=2000,
         sir=(500, 500),
+        symkl=(2000, 1000),
     ),
     "smoke": dict(
-        datasets=("iris",), seeds=1, steps=4, nuts=(20, 20, 1), dais_draws=50, sir=(20, 20)
+        datasets=("iris",),
+        seeds=1,
+        steps=4,
+        nuts=(20, 20, 1),
+        dais_draws=50,
+        sir=(20, 20),
+        symkl=(50, 20),
     ),
 }
 
@@ -225,7 +233,9 @@ def main(argv=None):
         with sw.lap(f"training {name}"):
             fits = train(cfg, X, y, jax.random.PRNGKey(i))
         log_p = log_joint_fn(model, (jnp.asarray(X), jnp.asarray(y)), "w")
-        loc, scale = symkl_optimum(log_p, w_ref, jnp.zeros(X.shape[1]), jax.random.PRNGKey(200 + i))
+        loc, scale = symkl_optimum(
+            log_p, w_ref, jnp.zeros(X.shape[1]), jax.random.PRNGKey(200 + i), *cfg["symkl"]
+        )
         fits["symKL*"] = (loc[None], scale[None])
         errs = {m: (mae(fits[m][0], ref_mean), mae(fits[m][1], ref_std)) for m in METHODS}
         for j, stat in enumerate(("mean", "std")):
