@@ -241,7 +241,10 @@ def main(argv=None):
         for j, stat in enumerate(("mean", "std")):
             rows.append(
                 [f"{name} ({X.shape[0]}×{X.shape[1]})", stat]
-                + [f"{sci(errs[m][j].mean())} ±{sci(errs[m][j].std(), 1)}" for m in METHODS]
+                + [
+                    sci(e.mean()) if len(e) == 1 else f"{sci(e.mean())} ±{sci(e.std(), 1)}"
+                    for e in (errs[m][j] for m in METHODS)
+                ]
             )
         compact = ("AutoNormal", "IWVI", "DAIS0(16)", "MSC8c")
         best.append(

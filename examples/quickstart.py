@@ -48,8 +48,13 @@ def fit(guide, X, y, steps, lr):
     return result, time.perf_counter() - start
 
 
+def flatten(samples):
+    """Draws of ``b`` and ``w`` as one array ``(S, 1 + d)``, ``b`` first."""
+    return jnp.concatenate([samples["b"][:, None], samples["w"]], axis=1)
+
+
 def summary(samples):
-    flat = jnp.concatenate([samples["b"][:, None], samples["w"]], axis=1)
+    flat = flatten(samples)
     return flat.mean(0), flat.std(0)
 
 
