@@ -21,7 +21,7 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.distributions import constraints
-from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffine
+from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffine, biject_to
 from numpyro.infer.initialization import init_to_uniform
 
 from numpyro_dais import _numpyro
@@ -94,13 +94,52 @@ def preset_options(local_vars):
     return {k: v for k, v in local_vars.items() if k not in ("self", "model", "__class__")}
 
 
-#: ``λ · init_scale²`` above which the set-up warns: the posterior's narrowest direction is
-#: more than ~30 times narrower than ``q0`` at the start.
+#: Largest latent dimension ``D`` for which the set-up forms the ``D × D`` Hessian that sets
+#: ``q0``'s start and the unit of its location; above it, ``q0`` starts at the initial point
+#: with ``init_scale`` and the stiffness warning below is all there is.
+MAX_DENSE_DIM = 1024
+
+#: ``λ · init_scale²`` above which the set-up warns (above ``MAX_DENSE_DIM`` only): the
+#: posterior's narrowest direction is more than ~30 times narrower than ``q0`` at the start.
 STIFFNESS_WARN = 1e3
 
 
-def _warn_if_stiff(guide_name, lam, init_scale):
-    """Warn at set-up when the curvature says that ``q0`` starts far wider than the posterior.
+class _InUnits(constraints.Constraint):
+    """The real vectors, optimised in the unit ``L`` ``(D, D)`` (lower triangular): the
+    unconstrained value is ``L⁻¹x``, so an optimiser that moves it by ~its learning rate per
+    step moves ``x`` by that much along the columns of ``L``."""
+
+    event_dim = 1
+
+    def __init__(self, unit):
+        self.unit = unit
+
+    def __call__(self, x):
+        return jnp.all(jnp.isfinite(x), axis=-1)
+
+    def feasible_like(self, prototype):
+        return jnp.zeros_like(prototype)
+
+    def tree_flatten(self):
+        return (self.unit,), (("unit",), dict())
+
+
+@biject_to.register(_InUnits)
+def _transform_in_units(constraint):
+    return LowerCholeskyAffine(jnp.zeros(constraint.unit.shape[-1]), constraint.unit)
+
+
+def _concrete(x):
+    """``x`` as a NumPy array, ``None`` when the set-up is being traced (under ``jit``)."""
+    try:
+        return np.asarray(x)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+        return None
+
+
+def _warn_if_stiff(guide_name, lam, init_scale, dim):
+    """Warn at set-up when the curvature says that ``q0`` starts far wider than the posterior
+    and the latent space is too large for the set-up's Hessian.
 
     Adam moves a parameter by about the learning rate per step whatever the curvature, so in
     raw coordinates it cannot resolve a direction of scale ``1 / sqrt(λ)`` far below it; the
@@ -113,9 +152,10 @@ def _warn_if_stiff(guide_name, lam, init_scale):
         f"{guide_name}: the posterior is stiff: the curvature at the initial point is "
         f"λ ≈ {lam:.3g}, so its narrowest direction has scale ≈ 1/sqrt(λ) = {width:.2g}, "
         f"{init_scale / width:.0f} times narrower than q0 at the start (init_scale = "
-        f"{init_scale:g}); the step sizes are set from λ, but an optimiser that moves "
-        "parameters by ~its learning rate per step cannot place q0 to that precision. Fix: "
-        "standardise the covariates (the usual cause: an unscaled predictor), or pass "
+        f"{init_scale:g}); with D = {dim} latent dimensions (> {MAX_DENSE_DIM}) q0 is not "
+        "set up in the posterior's own units, and an optimiser that moves parameters by ~its "
+        "learning rate per step cannot place q0 to that precision. Fix: standardise the "
+        "covariates (the usual cause: an unscaled predictor), or pass "
         f"`init_scale={width:.2g}` and a learning rate that decays below {width / 10:.1g} "
         "(e.g. optax.exponential_decay); check the fit with `transport_check`.",
         UserWarning,
@@ -197,6 +237,7 @@ class AnnealedGuide(ContinuousGuide):
         self.report_divergences = report_divergences
         self.curvature = None  # λ behind the default step sizes, measured at set-up
         self._step_bounds = None  # (eta_init, eta_max) in use, fixed at set-up
+        self._q0_start = None  # (loc, scale_tril, unit of loc) of q0 from the set-up curvature
         self._target = target
         super().__init__(
             model,
@@ -234,23 +275,23 @@ class AnnealedGuide(ContinuousGuide):
         self._target.setup(self._view, self.prototype_trace, args, kwargs, self.prefix)
 
     def _resolve_step_sizes(self, args, kwargs, params):
-        """Fix ``(eta_init, eta_max)`` at set-up, from the curvature where not given."""
+        """Fix ``q0``'s start and ``(eta_init, eta_max)`` at set-up, from the curvature at
+        the initial point (step sizes only where not given)."""
         if self._step_bounds is not None:
             return
+        key = jax.random.key(0)  # a fixed start: the set-up is deterministic
+        init = _numpyro.init_latent(self)
+        dynamics = self._target.dynamics(self._view, args, kwargs, params, key)
+        if init.shape[0] <= MAX_DENSE_DIM:
+            self._q0_start = self._laplace_start(dynamics, init)
         eta_init, eta_max = self.eta_init, self.eta_max
         if eta_max is None:
-            key = jax.random.key(0)  # a fixed start: the set-up is deterministic
-            init = _numpyro.init_latent(self)
-            dynamics = self._target.dynamics(self._view, args, kwargs, params, key)
-            lam = curvature.max_eigenvalue(key, dynamics, init)
-            try:
-                lam = float(lam)
-            except jax.errors.ConcretizationTypeError:
-                lam = float("nan")  # set up under jit: fall back to the q0 curvature
-            if not np.isfinite(lam):
-                lam = 0.0
+            lam = _concrete(curvature.max_eigenvalue(key, dynamics, init))
+            # not finite, or set up under jit: fall back to the q0 curvature
+            lam = float(lam) if lam is not None and np.isfinite(lam) else 0.0
             self.curvature = max(lam, 1.0 / self.init_scale**2)
-            _warn_if_stiff(type(self).__name__, lam, self.init_scale)
+            if init.shape[0] > MAX_DENSE_DIM:
+                _warn_if_stiff(type(self).__name__, lam, self.init_scale, init.shape[0])
             eta_max = (
                 1.0 / math.sqrt(self.curvature) if self.kernel == "hmc" else 1.0 / self.curvature
             )
@@ -259,6 +300,28 @@ class AnnealedGuide(ContinuousGuide):
         if eta_init is None:
             eta_init = eta_max / 10.0
         self._step_bounds = (float(eta_init), float(eta_max))
+
+    def _laplace_start(self, dynamics, init):
+        """``(loc, scale_tril, unit)`` of ``q0`` at the start, or ``None`` (under ``jit``, or
+        a curvature that is not finite): the covariance ``Σ = (H₊ + I / init_scale²)⁻¹``
+        (:func:`~numpyro_dais.engine.curvature.regularised_covariance`, ``init_scale² I`` where
+        the data say nothing) gives the start ``init + Σ∇ℓ`` (a Newton step, backtracked) and
+        ``q0``'s scale; the same covariance at the unconstrained origin, divided by
+        ``init_scale``, is the unit in which the location is optimised. So Adam moves ``q0``
+        by ~its learning rate in units of the posterior's own width along every direction,
+        stiff or not. The unit is measured at the origin, not at the initial point that
+        ``init_to_uniform`` draws with the set-up key, so a saved ``SVIState`` resumes exactly
+        under any set-up key."""
+        covs = []
+        for z in (init, jnp.zeros_like(init)):
+            h = _concrete(curvature.neg_hessian(dynamics, z))
+            if h is None or not np.all(np.isfinite(h)):
+                return None
+            covs.append(curvature.regularised_covariance(h, self.init_scale))
+        cov, cov_origin = covs
+        loc = curvature.newton_start(dynamics, init, jnp.asarray(cov, init.dtype))
+        unit = np.linalg.cholesky(cov_origin) / self.init_scale
+        return np.asarray(loc), np.linalg.cholesky(cov), unit
 
     def _step_info(self):
         """What the step sizes are and how to fix them, for divergence warnings."""
@@ -281,15 +344,20 @@ class AnnealedGuide(ContinuousGuide):
 
     def _q0(self) -> gaussian.Gaussian:
         p, D = self.prefix, self.latent_dim
-        loc = numpyro.param(f"{p}_z_0_loc", _numpyro.init_latent(self))
+        if self._q0_start is None:
+            loc = numpyro.param(f"{p}_z_0_loc", _numpyro.init_latent(self))
+            scale_tril = jnp.eye(D) * self.init_scale
+        else:  # the Laplace start, the location in the posterior's own units
+            dtype = jnp.result_type(float)
+            loc, scale_tril, unit = (jnp.asarray(a, dtype) for a in self._q0_start)
+            loc = numpyro.param(f"{p}_z_0_loc", loc, constraint=_InUnits(unit))
         if self.base_dist == "diagonal":
-            scale = numpyro.param(
-                f"{p}_z_0_scale", jnp.full(D, self.init_scale), constraint=constraints.positive
-            )
+            marginal_stds = jnp.sqrt(jnp.sum(scale_tril**2, axis=-1))
+            scale = numpyro.param(f"{p}_z_0_scale", marginal_stds, constraint=constraints.positive)
         else:
             scale = numpyro.param(
                 f"{p}_z_0_scale_tril",
-                jnp.eye(D) * self.init_scale,
+                scale_tril,
                 constraint=constraints.scaled_unit_lower_cholesky,
             )
         return gaussian.Gaussian(loc, scale)

@@ -40,3 +40,34 @@ def test_negative_curvature_does_not_limit_the_step():
 def test_non_finite_curvature_is_inf():
     lam = curvature.max_eigenvalue(jax.random.key(0), lambda z: jnp.sum(jnp.sqrt(z)), -jnp.ones(2))
     assert lam == jnp.inf
+
+
+def test_laplace_start_lands_on_a_stiff_gaussian_mode():
+    """ℓ = −½(z − m)ᵀP(z − m) with a stiff, correlated P: the regularised Newton step from far
+    away lands at ``z + (P + 100 I)⁻¹P(m − z)``: on the mode up to the regularisation
+    I/scale² = 100 (P's eigenvalues are 1e5 and 1.9e6)."""
+    P = jnp.array([[1e6, 9e5], [9e5, 1e6]])
+    m = jnp.array([0.975, -0.3])
+    log_density = lambda z: -0.5 * (z - m) @ P @ (z - m)
+    h = curvature.neg_hessian(log_density, jnp.zeros(2))
+    np.testing.assert_allclose(h, P, rtol=1e-6)
+    cov = curvature.regularised_covariance(h, 0.1)
+    np.testing.assert_allclose(cov, np.linalg.inv(np.asarray(P, np.float64) + 100 * np.eye(2)))
+    z = jnp.array([-2.0, 1.5])
+    start = curvature.newton_start(log_density, z, jnp.asarray(cov))
+    np.testing.assert_allclose(start, z + cov @ np.asarray(P) @ (m - z), rtol=1e-4)
+    np.testing.assert_allclose(start, m, atol=5e-3)
+    # negative curvature (between modes) is dropped, not inverted: the prior's scale is left
+    cov = curvature.regularised_covariance(-np.eye(2), 0.1)
+    np.testing.assert_allclose(cov, 0.01 * np.eye(2))
+
+
+def test_newton_start_never_lowers_the_density():
+    # a step that overshoots (a wrong covariance) is halved until ℓ rises, else z is kept
+    log_density = lambda z: -jnp.sum(z**4)
+    z = jnp.array([1.0, -1.0])
+    start = curvature.newton_start(log_density, z, 10.0 * jnp.eye(2))
+    assert log_density(start) > log_density(z)
+    np.testing.assert_array_equal(
+        curvature.newton_start(log_density, jnp.zeros(2), jnp.eye(2)), jnp.zeros(2)
+    )
