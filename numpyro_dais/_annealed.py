@@ -97,7 +97,7 @@ def preset_options(local_vars):
 #: Largest latent dimension ``D`` for which the set-up forms the ``D × D`` Hessian that sets
 #: ``q0``'s start and the unit of its location; above it, ``q0`` starts at the initial point
 #: with ``init_scale`` and the stiffness warning below is all there is.
-MAX_DENSE_DIM = 1024
+MAX_DENSE_DIM = 512
 
 #: ``λ · init_scale²`` above which the set-up warns (above ``MAX_DENSE_DIM`` only): the
 #: posterior's narrowest direction is more than ~30 times narrower than ``q0`` at the start.

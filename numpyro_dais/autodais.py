@@ -51,7 +51,7 @@ class AutoDAIS(AnnealedGuide):
         ``q0``); :attr:`curvature` holds ``λ``.
     :param float gamma_init: initial damping of the momentum refresh, in ``(0, 1)``.
     :param float init_scale: initial standard deviation of ``q0`` where the data say little;
-        for ``D ≤ 1024`` ``q0`` starts at the Laplace fit ``Σ = (H₊ + I / init_scale²)⁻¹`` of
+        for ``D ≤ 512`` ``q0`` starts at the Laplace fit ``Σ = (H₊ + I / init_scale²)⁻¹`` of
         the curvature ``H`` at set-up (one Newton step from the initial point, ``Σ``'s stds)
         and its location is optimised in the unit ``chol(Σ) / init_scale``, so that a stiff
         posterior (an unscaled covariate) is fitted as precisely as a well-scaled one.
