@@ -70,7 +70,7 @@ def stiff_data():
 def test_stiff_regression_trains_to_the_exact_posterior(Guide, tol):
     """Default arguments: q0 starts at the Laplace fit of the set-up curvature and Adam moves
     its location in the posterior's own units, so the fit is as precise as on a well-scaled
-    posterior (without them: 1.3-1.9 sd off in the mean, q0's std 11-27× too wide, silently).
+    posterior (without them: 1.3-1.9 sd off in the mean, q0's std 11-17× too wide, silently).
     Tolerances: AutoDSMCS draws end points (0.03-0.05 sd measured over seeds 0-2); AutoDAIS
     draws q0, whose location is an Adam iterate (0.01-0.10 sd measured with this decaying
     learning rate; 0.2-0.3 sd with a constant 1e-2, as on a well-scaled posterior); the
