@@ -53,7 +53,8 @@ class AutoDAIS(AnnealedGuide):
     :param float init_scale: initial standard deviation of ``q0`` where the data say little;
         for ``D ≤ 512`` ``q0`` starts at the Laplace fit ``Σ = (H₊ + I / init_scale²)⁻¹`` of
         the curvature ``H`` at set-up (one Newton step from the initial point, ``Σ``'s stds)
-        and its location is optimised in the unit ``chol(Σ) / init_scale``, so that a stiff
+        and its location is optimised in the unit ``sqrt(diag Σ₀) / init_scale`` (``Σ₀`` at the
+        unconstrained origin), so that a stiff
         posterior (an unscaled covariate) is fitted as precisely as a well-scaled one.
     :param str posterior_method: what ``sample_posterior`` and ``Predictive`` return by
         default: ``"q0"`` (DAIS₀), ``"dais"`` (end points ``z_K``) or ``"importance"``
