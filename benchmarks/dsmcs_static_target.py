@@ -149,6 +149,7 @@ def train(model, kernel, K, N, variant, cfg, seed=0):
         gst_temperature=0.1,
         init_loc_fn=init_to_value(values={"z": jnp.zeros(D)}),
         init_scale=3.0,
+        laplace_init=False,  # q0 = N(0, 9 I) exactly, frozen below
         eta_init=step_init,
         eta_max=step_max,
     )

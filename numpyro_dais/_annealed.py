@@ -139,7 +139,8 @@ def _concrete(x):
 
 def _warn_if_stiff(guide_name, lam, init_scale, dim):
     """Warn at set-up when the curvature says that ``q0`` starts far wider than the posterior
-    and the latent space is too large for the set-up's Hessian.
+    and ``q0`` has no Laplace start (``laplace_init=False``, ``D > MAX_DENSE_DIM``, or a
+    Hessian that is not finite).
 
     Adam moves a parameter by about the learning rate per step whatever the curvature, so in
     raw coordinates it cannot resolve a direction of scale ``1 / sqrt(λ)`` far below it; the
@@ -152,8 +153,9 @@ def _warn_if_stiff(guide_name, lam, init_scale, dim):
         f"{guide_name}: the posterior is stiff: the curvature at the initial point is "
         f"λ ≈ {lam:.3g}, so its narrowest direction has scale ≈ 1/sqrt(λ) = {width:.2g}, "
         f"{init_scale / width:.0f} times narrower than q0 at the start (init_scale = "
-        f"{init_scale:g}); with D = {dim} latent dimensions (> {MAX_DENSE_DIM}) q0 is not "
-        "set up in the posterior's own units, and an optimiser that moves parameters by ~its "
+        f"{init_scale:g}); q0 is not set up in the posterior's own units (laplace_init=False, "
+        f"D = {dim} > {MAX_DENSE_DIM}, or a Hessian that is not finite at the initial point), "
+        "and an optimiser that moves parameters by ~its "
         "learning rate per step cannot place q0 to that precision. Fix: standardise the "
         "covariates (the usual cause: an unscaled predictor), or pass "
         f"`init_scale={width:.2g}` and a learning rate that decays below {width / 10:.1g} "
@@ -181,6 +183,7 @@ class AnnealedGuide(ContinuousGuide):
         "eta_max",
         "gamma_init",
         "init_scale",
+        "laplace_init",
         "posterior_method",
         "sym_kl_weight",
         "report_divergences",
@@ -202,6 +205,7 @@ class AnnealedGuide(ContinuousGuide):
         prefix,
         init_loc_fn,
         init_scale,
+        laplace_init,
         posterior_method,
         sym_kl_weight,
         report_divergences,
@@ -216,6 +220,9 @@ class AnnealedGuide(ContinuousGuide):
         if not 0 < gamma_init < 1:
             raise ValueError(f"`gamma_init` must lie in (0, 1), got {gamma_init!r}.")
         self.init_scale = check_positive_float("init_scale", init_scale)
+        if not isinstance(laplace_init, bool | np.bool_):
+            raise TypeError(f"`laplace_init` must be True or False, got {laplace_init!r}.")
+        self.laplace_init = bool(laplace_init)
         if sym_kl_weight is None:
             sym_kl_weight = 1.0 if posterior_method == "q0" else 0.0
         if isinstance(sym_kl_weight, bool) or not (
@@ -282,7 +289,7 @@ class AnnealedGuide(ContinuousGuide):
         key = jax.random.key(0)  # a fixed start: the set-up is deterministic
         init = _numpyro.init_latent(self)
         dynamics = self._target.dynamics(self._view, args, kwargs, params, key)
-        if init.shape[0] <= MAX_DENSE_DIM:
+        if self.laplace_init and init.shape[0] <= MAX_DENSE_DIM:
             self._q0_start = self._laplace_start(dynamics, init)
         eta_init, eta_max = self.eta_init, self.eta_max
         if eta_max is None:
@@ -290,7 +297,7 @@ class AnnealedGuide(ContinuousGuide):
             # not finite, or set up under jit: fall back to the q0 curvature
             lam = float(lam) if lam is not None and np.isfinite(lam) else 0.0
             self.curvature = max(lam, 1.0 / self.init_scale**2)
-            if init.shape[0] > MAX_DENSE_DIM:
+            if self._q0_start is None:
                 _warn_if_stiff(type(self).__name__, lam, self.init_scale, init.shape[0])
             eta_max = (
                 1.0 / math.sqrt(self.curvature) if self.kernel == "hmc" else 1.0 / self.curvature

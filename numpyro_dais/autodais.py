@@ -56,6 +56,9 @@ class AutoDAIS(AnnealedGuide):
         and its location is optimised in the unit ``sqrt(diag Σ₀) / init_scale`` (``Σ₀`` at the
         unconstrained origin), so that a stiff
         posterior (an unscaled covariate) is fitted as precisely as a well-scaled one.
+    :param bool laplace_init: ``True`` (default): that Laplace start and unit. ``False``:
+        ``q0`` starts exactly at ``init_loc_fn`` with ``init_scale`` and its location is a
+        plain parameter (e.g. to hold a fixed ``q0``, as in the DSMCS paper's benchmarks).
     :param str posterior_method: what ``sample_posterior`` and ``Predictive`` return by
         default: ``"q0"`` (DAIS₀), ``"dais"`` (end points ``z_K``) or ``"importance"``
         (end points resampled by weight within N-particle sets).
@@ -86,6 +89,7 @@ class AutoDAIS(AnnealedGuide):
         prefix="auto",
         init_loc_fn=init_to_uniform,
         init_scale=0.1,
+        laplace_init=True,
         posterior_method="q0",
         sym_kl_weight=None,
         report_divergences=True,

@@ -83,6 +83,7 @@ class AutoDSMCS(AnnealedGuide):
         prefix="auto",
         init_loc_fn=init_to_uniform,
         init_scale=0.1,
+        laplace_init=True,
         posterior_method="importance",
         sym_kl_weight=None,
         report_divergences=True,

@@ -30,6 +30,7 @@ from numpyro_dais import (
     AutoGPVI,
     AutoSurrogateLikelihoodDAIS,
     _annealed,
+    _numpyro,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,15 +91,21 @@ def test_stiff_regression_trains_to_the_exact_posterior(Guide, tol):
     assert 0.8 < float(jnp.std(w)) / sd < 1.25
 
 
-def test_stiff_posterior_is_reported_when_too_large_for_the_laplace_start(monkeypatch):
-    """Above ``MAX_DENSE_DIM`` latent dimensions the set-up forms no Hessian: a stiff
+@pytest.mark.parametrize("how", ["too large", "laplace_init=False"])
+def test_stiff_posterior_without_the_laplace_start_is_reported(how, monkeypatch):
+    """Above ``MAX_DENSE_DIM`` latent dimensions the set-up forms no Hessian, and with
+    ``laplace_init=False`` q0 starts exactly at ``init_loc_fn`` with ``init_scale``: a stiff
     posterior is then loud at set-up, with the measured curvature and the fix."""
-    monkeypatch.setattr(_annealed, "MAX_DENSE_DIM", 0)
+    if how == "too large":
+        monkeypatch.setattr(_annealed, "MAX_DENSE_DIM", 0)
     x, y, _, _ = stiff_data()
-    guide = AutoDAIS(regression)
+    guide = AutoDAIS(regression, laplace_init=how != "laplace_init=False", init_scale=0.3)
+    svi = SVI(regression, guide, optax.adam(1e-2), Trace_ELBO())
     with pytest.warns(UserWarning, match=r"stiff.*λ ≈ 2\.\d+e\+05.*standardise the covariates"):
-        SVI(regression, guide, optax.adam(1e-2), Trace_ELBO()).init(jax.random.key(0), x, y)
+        params = svi.get_params(svi.init(jax.random.key(0), x, y))
     assert guide.curvature > 1e5
+    np.testing.assert_array_equal(params["auto_z_0_loc"], _numpyro.init_latent(guide))
+    np.testing.assert_allclose(params["auto_z_0_scale"], 0.3, rtol=1e-6)
 
 
 def test_well_scaled_posterior_is_not_reported(data):
@@ -272,6 +279,7 @@ def test_posterior_before_set_up_says_how():
         (dict(K=2.5), TypeError, "`K`"),
         (dict(num_particles=0), ValueError, "`num_particles`"),
         (dict(init_scale=0.0), ValueError, "`init_scale`"),
+        (dict(laplace_init="yes"), TypeError, "`laplace_init` must be True or False"),
         (dict(kernel="nuts"), ValueError, "`kernel`"),
     ],
 )
