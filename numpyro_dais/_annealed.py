@@ -99,7 +99,7 @@ def preset_options(local_vars):
 #: with ``init_scale`` and the stiffness warning below is all there is.
 MAX_DENSE_DIM = 512
 
-#: ``λ · init_scale²`` above which the set-up warns (above ``MAX_DENSE_DIM`` only): the
+#: ``λ · init_scale²`` above which the set-up warns when ``q0`` has no Laplace start: the
 #: posterior's narrowest direction is more than ~30 times narrower than ``q0`` at the start.
 STIFFNESS_WARN = 1e3
 
@@ -155,9 +155,9 @@ def _warn_if_stiff(guide_name, lam, init_scale, dim):
         f"{init_scale / width:.0f} times narrower than q0 at the start (init_scale = "
         f"{init_scale:g}); q0 is not set up in the posterior's own units (laplace_init=False, "
         f"D = {dim} > {MAX_DENSE_DIM}, or a Hessian that is not finite at the initial point), "
-        "and an optimiser that moves parameters by ~its "
-        "learning rate per step cannot place q0 to that precision. Fix: standardise the "
-        "covariates (the usual cause: an unscaled predictor), or pass "
+        "and an optimiser that moves parameters by ~its learning rate per step cannot place "
+        "q0 to that precision. Fix: standardise the covariates (the usual cause: an unscaled "
+        "predictor), leave `laplace_init=True` where D <= 512, or pass "
         f"`init_scale={width:.2g}` and a learning rate that decays below {width / 10:.1g} "
         "(e.g. optax.exponential_decay); check the fit with `transport_check`.",
         UserWarning,
@@ -281,7 +281,7 @@ class AnnealedGuide(ContinuousGuide):
         super()._setup_prototype(*args, **kwargs)
         self._target.setup(self._view, self.prototype_trace, args, kwargs, self.prefix)
 
-    def _resolve_step_sizes(self, args, kwargs, params):
+    def _set_up_from_curvature(self, args, kwargs, params):
         """Fix ``q0``'s start and ``(eta_init, eta_max)`` at set-up, from the curvature at
         the initial point (step sizes only where not given)."""
         if self._step_bounds is not None:
@@ -447,7 +447,7 @@ class AnnealedGuide(ContinuousGuide):
         kwargs.pop("sample_shape", None)
         rng_key = numpyro.prng_key()
         params = self._model_params()
-        self._resolve_step_sizes(args, kwargs, params)
+        self._set_up_from_curvature(args, kwargs, params)
         q0, anneal = self._guide_params()
         if not _numpyro.in_loss():
             # e.g. Predictive: draw as sample_posterior does

@@ -53,9 +53,9 @@ class AutoDAIS(AnnealedGuide):
     :param float init_scale: initial standard deviation of ``q0`` where the data say little;
         for ``D ≤ 512`` ``q0`` starts at the Laplace fit ``Σ = (H₊ + I / init_scale²)⁻¹`` of
         the curvature ``H`` at set-up (one Newton step from the initial point, ``Σ``'s stds)
-        and its location is optimised in the unit ``sqrt(diag Σ₀) / init_scale`` (``Σ₀`` at the
-        unconstrained origin), so that a stiff
-        posterior (an unscaled covariate) is fitted as precisely as a well-scaled one.
+        and its location is optimised in the unit ``sqrt(diag Σ₀) / init_scale`` (``Σ₀`` at
+        the unconstrained origin), so that a stiff posterior (an unscaled covariate) is
+        fitted as precisely as a well-scaled one.
     :param bool laplace_init: ``True`` (default): that Laplace start and unit. ``False``:
         ``q0`` starts exactly at ``init_loc_fn`` with ``init_scale`` and its location is a
         plain parameter (e.g. to hold a fixed ``q0``, as in the DSMCS paper's benchmarks).

@@ -60,12 +60,12 @@ def max_eigenvalue(rng_key, log_density: Callable, z: jax.Array, num_iters: int 
 
 def neg_hessian(log_density: Callable, z: jax.Array, batch_size: int = 32) -> jax.Array:
     """The potential's Hessian ``−∇²ℓ(z)``, shape ``(D, D)``: one Hessian-vector product per
-    column, ``batch_size`` at a time (the memory of ``batch_size`` gradients, not ``D``)."""
+    column, ``batch_size`` at a time (the memory of ``batch_size`` gradients, not ``D``);
+    symmetric up to round-off."""
     D = jnp.shape(z)[0]
-    columns = jax.lax.map(
+    return jax.lax.map(
         lambda e: -hvp(log_density, z, e), jnp.eye(D, dtype=z.dtype), batch_size=min(batch_size, D)
     )
-    return (columns + columns.T) / 2
 
 
 def regularised_covariance(neg_hess: np.ndarray, scale: float) -> np.ndarray:
