@@ -288,12 +288,13 @@ class AnnealedGuide(ContinuousGuide):
             return
         key = jax.random.key(0)  # a fixed start: the set-up is deterministic
         init = _numpyro.init_latent(self)
-        dynamics = self._target.dynamics(self._view, args, kwargs, params, key)
-        if self.laplace_init and init.shape[0] <= MAX_DENSE_DIM:
-            self._q0_start = self._laplace_start(dynamics, init)
+        laplace = self.laplace_init and init.shape[0] <= MAX_DENSE_DIM
+        measured = self._measure_curvature(args, kwargs, params, init, laplace, key)
+        if laplace:
+            self._q0_start = self._laplace_start(args, kwargs, params, init, key, measured)
         eta_init, eta_max = self.eta_init, self.eta_max
         if eta_max is None:
-            lam = _concrete(curvature.max_eigenvalue(key, dynamics, init))
+            lam = _concrete(measured["lam"])
             # not finite, or set up under jit: fall back to the q0 curvature
             lam = float(lam) if lam is not None and np.isfinite(lam) else 0.0
             self.curvature = max(lam, 1.0 / self.init_scale**2)
@@ -308,7 +309,34 @@ class AnnealedGuide(ContinuousGuide):
             eta_init = eta_max / 10.0
         self._step_bounds = (float(eta_init), float(eta_max))
 
-    def _laplace_start(self, dynamics, init):
+    def _on_dynamics(self, fn, args, kwargs, params, key, *operands):
+        """``fn(dynamics, *operands)`` for the dynamics' log density on this call's data, as
+        one compiled program (the set-up runs eagerly, where each operation of the model
+        would otherwise be compiled on its own)."""
+
+        def call(args, kwargs, params, operands):
+            return fn(self._target.dynamics(self._view, args, kwargs, params, key), *operands)
+
+        return jit_by_leaves(call)(args, kwargs, params, operands)
+
+    def _measure_curvature(self, args, kwargs, params, init, laplace, key):
+        """The set-up's curvature in one program: ``{"lam": λ_max at init}`` (when the step
+        sizes are derived) and ``{"hessians": −∇²ℓ at init and at the origin}`` (for the
+        Laplace start)."""
+
+        def measure(dynamics, init):
+            out = {}
+            if self.eta_max is None:
+                out["lam"] = curvature.max_eigenvalue(key, dynamics, init)
+            if laplace:
+                out["hessians"] = jax.vmap(lambda z: curvature.neg_hessian(dynamics, z))(
+                    jnp.stack([init, jnp.zeros_like(init)])
+                )
+            return out
+
+        return self._on_dynamics(measure, args, kwargs, params, key, init)
+
+    def _laplace_start(self, args, kwargs, params, init, key, measured):
         """``(loc, scale_tril, unit)`` of ``q0`` at the start, or ``None`` (under ``jit``, or
         a curvature that is not finite): the covariance ``Σ = (H₊ + I / init_scale²)⁻¹``
         (:func:`~numpyro_dais.engine.curvature.regularised_covariance`, ``init_scale² I`` where
@@ -321,14 +349,13 @@ class AnnealedGuide(ContinuousGuide):
         mean MAE 0.113 against 0.051). The unit is measured at the origin, not at the initial
         point that ``init_to_uniform`` draws with the set-up key, so a saved ``SVIState``
         resumes exactly under any set-up key."""
-        covs = []
-        for z in (init, jnp.zeros_like(init)):
-            h = _concrete(curvature.neg_hessian(dynamics, z))
-            if h is None or not np.all(np.isfinite(h)):
-                return None
-            covs.append(curvature.regularised_covariance(h, self.init_scale))
-        cov, cov_origin = covs
-        loc = curvature.newton_start(dynamics, init, jnp.asarray(cov, init.dtype))
+        hessians = _concrete(measured["hessians"])
+        if hessians is None or not np.all(np.isfinite(hessians)):
+            return None
+        cov, cov_origin = (curvature.regularised_covariance(h, self.init_scale) for h in hessians)
+        loc = self._on_dynamics(
+            curvature.newton_start, args, kwargs, params, key, init, jnp.asarray(cov, init.dtype)
+        )
         unit = np.sqrt(np.diag(cov_origin)) / self.init_scale
         return np.asarray(loc), np.linalg.cholesky(cov), unit
 
@@ -456,12 +483,21 @@ class AnnealedGuide(ContinuousGuide):
                 args, kwargs = self._data(args, kwargs, method)
             return self._draw(rng_key, q0, anneal, params, args, kwargs, method, 1)[0]
         q0, anneal, params = self._bound_safe((q0, anneal, params))
+        # the model's mini-batch, drawn through its plates (numpyro effects: not in `_bound`)
+        batch = None if self.num_particles == 1 else self._target.bound_batch()
+        bound = self._one_program_when_eager(self._bound, rng_key)
+        z, log_weight = bound(rng_key, q0, anneal, params, args, kwargs, batch)
+        _numpyro.emit_log_weight(f"{self.prefix}_log_weight", log_weight)
+        return z
+
+    def _bound(self, rng_key, q0, anneal, params, args, kwargs, batch):
+        """One particle ``z*`` for the model and the log weight ``ℓ(z*) − objective`` that
+        makes the ELBO equal the objective (the bound plus the symmetrised-KL term)."""
         key_run, key_sym, key_pick = jax.random.split(rng_key, 3)
         N = self.num_particles
         if N == 1:  # the model's own term of the ELBO supplies ℓ(z_K)
             out = self._run(key_run, q0, anneal, params, args, kwargs, N, final="omit")
         else:
-            batch = self._target.bound_batch()
             out = self._run(key_run, q0, anneal, params, args, kwargs, N, "target", batch)
         objective = out.log_Z + self._sym_kl_term(q0, params, args, kwargs, out, key_sym)
         if self.report_divergences:  # adds 0.0: the loss keeps the check in the program
@@ -471,8 +507,7 @@ class AnnealedGuide(ContinuousGuide):
         # sites see a posterior-like draw). The factor makes the ELBO equal the objective:
         # ELBO = ℓ(z*) − (ℓ(z*) − objective).
         idx = jax.random.categorical(key_pick, jax.lax.stop_gradient(out.log_weights))
-        _numpyro.emit_log_weight(f"{self.prefix}_log_weight", out.log_final_target[idx] - objective)
-        return out.z[idx]
+        return out.z[idx], out.log_final_target[idx] - objective
 
     def _sym_kl_term(self, q0, params, args, kwargs, out, rng_key):
         """``−(w / K) · Ĵ`` with value 0: only its gradient in ``q0``'s location counts.
@@ -647,14 +682,20 @@ class AnnealedGuide(ContinuousGuide):
         args, kwargs = self._data(args, kwargs, "importance")
         N = self.num_particles
 
-        def one(key):
-            out = self._run(key, q0, anneal, model_params, args, kwargs, N, "target", trace=True)
-            return SMCDiagnostics(out.trace.ess, out.trace.resampled, out.log_Z)
+        if num_systems is not None:
+            num_systems = check_positive_int("num_systems", num_systems)
 
-        if num_systems is None:
-            return one(rng_key)
-        num_systems = check_positive_int("num_systems", num_systems)
-        return jax.vmap(one)(jax.random.split(rng_key, num_systems))
+        @jit_by_leaves
+        def run(rng_key, q0, anneal, params, args, kwargs):
+            def one(key):
+                out = self._run(key, q0, anneal, params, args, kwargs, N, "target", trace=True)
+                return SMCDiagnostics(out.trace.ess, out.trace.resampled, out.log_Z)
+
+            if num_systems is None:
+                return one(rng_key)
+            return jax.vmap(one)(jax.random.split(rng_key, num_systems))
+
+        return run(rng_key, q0, anneal, model_params, args, kwargs)
 
     def transition_params(self, params):
         """The learnt β schedule, step sizes, mass matrix and damping ``γ``, as a
@@ -694,7 +735,7 @@ class AnnealedGuide(ContinuousGuide):
         num_samples = check_positive_int("num_samples", num_samples, minimum=2)
         q0, anneal, model_params = self._params_from(params)
         args, kwargs = self._data(args, kwargs, "importance")
-        end = self._draw(
+        end = jit_by_leaves(self._draw)(
             rng_key,
             q0,
             anneal,

@@ -590,6 +590,23 @@ class ContinuousGuide(AutoContinuous):
                 names[int(idx[pos])] = site + ("[" + ",".join(map(str, pos)) + "]" if pos else "")
         return names
 
+    def _one_program_when_eager(self, fn, rng_key):
+        """``fn(rng_key, *args)`` compiled as one program when the guide runs eagerly
+        (``SVI.init`` runs it op by op, each operation compiled on its own: seconds of set-up
+        for a bound), else ``fn`` itself. Inside, keys the model's plates ask numpyro for come
+        from ``rng_key``, not from the seed handler outside (a key drawn in a compiled
+        program cannot leave it)."""
+        if isinstance(rng_key, jax.core.Tracer):
+            return fn
+        compiled = self.__dict__.setdefault("_jit_when_eager", {})  # kept for a new SVI.init
+        if fn.__name__ not in compiled:
+
+            def seeded(rng_key, *args):
+                return handlers.seed(fn, jax.random.fold_in(rng_key, 1))(rng_key, *args)
+
+            compiled[fn.__name__] = jit_by_leaves(seeded)
+        return compiled[fn.__name__]
+
     @staticmethod
     def _bound_safe(tree):
         """Differentiable inputs of a bound, with non-finite gradient entries zeroed."""

@@ -340,6 +340,14 @@ class AutoGPVI(ContinuousGuide):
             return self._generator(layers, lam)(eps)
 
         _check_objective(type(self).__name__, _numpyro.enclosing_elbo())
+        objective = self._one_program_when_eager(self._objective, rng_key)
+        z, factor = objective(rng_key, layers, lam, helper, model_params, args, kwargs)
+        _numpyro.emit_log_weight(f"{self.prefix}_gpvi_surrogate", factor)
+        return z
+
+    def _objective(self, rng_key, layers, lam, helper, model_params, args, kwargs):
+        """One particle ``z*`` for the model and the log weight that makes the loss's value
+        the monitor and its gradient the surrogate's."""
         N, D = self.num_particles, self.latent_dim
         key_eps, key_prime = jax.random.split(rng_key)
         out = gpvi.objective(
@@ -372,8 +380,7 @@ class AutoGPVI(ContinuousGuide):
                 out.direction,
                 N,
             )
-        _numpyro.emit_log_weight(f"{self.prefix}_gpvi_surrogate", factor)
-        return out.z_prime[star]
+        return out.z_prime[star], factor
 
     # -- posterior access -------------------------------------------------------------------
 
