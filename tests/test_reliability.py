@@ -370,3 +370,28 @@ def test_upstream_subsample_case_trains_gpvi():
     """AutoGPVI's gradient is a mini-batch estimate like AutoNormal's: the case just works."""
     _, loss = _upstream_subsample(AutoGPVI)
     assert np.isfinite(loss)
+
+
+# -- eager calls compile one program ------------------------------------------------------
+
+
+@pytest.mark.parametrize("guide_cls", [AutoDAIS, AutoGPVI])
+def test_eager_loss_equals_the_jitted_loss(guide_cls):
+    """Outside ``jit`` (``SVI.init``, or a loss evaluated eagerly) the guide runs its bound
+    as one compiled program, with its own seed for the keys the model's plate asks numpyro
+    for: the same value as the jitted loss, to float32 round-off, and the model's plate
+    draws no key from outside that program."""
+
+    def model(y):
+        mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+        with numpyro.plate("n", y.shape[0]):
+            numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+    y = 1.0 + jax.random.normal(jax.random.key(0), (20,))
+    guide = guide_cls(model, num_particles=2)
+    svi = SVI(model, guide, optax.adam(0.01), Trace_ELBO())
+    params = svi.get_params(svi.init(jax.random.key(1), y))
+    loss = lambda p, key: Trace_ELBO().loss(key, p, model, guide, y)
+    for seed in range(2):
+        key = jax.random.key(seed)
+        np.testing.assert_allclose(loss(params, key), jax.jit(loss)(params, key), rtol=1e-5)
