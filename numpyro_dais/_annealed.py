@@ -485,6 +485,9 @@ class AnnealedGuide(ContinuousGuide):
         q0, anneal, params = self._bound_safe((q0, anneal, params))
         # the model's mini-batch, drawn through its plates (numpyro effects: not in `_bound`)
         batch = None if self.num_particles == 1 else self._target.bound_batch()
+        if _numpyro.in_svi_init():  # only params and a latent value are kept: a q0 draw
+            _numpyro.emit_log_weight(f"{self.prefix}_log_weight", jnp.zeros(()))
+            return gaussian.sample(rng_key, q0, ())
         bound = self._one_program_when_eager(self._bound, rng_key)
         z, log_weight = bound(rng_key, q0, anneal, params, args, kwargs, batch)
         _numpyro.emit_log_weight(f"{self.prefix}_log_weight", log_weight)

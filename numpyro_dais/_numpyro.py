@@ -61,6 +61,25 @@ def enclosing_elbo():
     return None
 
 
+def in_svi_init() -> bool:
+    """Whether the guide runs inside ``SVI.init``, which keeps only the guide's parameter
+    sites and the values of its sample sites (to replay the model), never the loss.
+
+    Walks the Python call stack for ``SVI.init``'s frame (eagerly, once per ``SVI.init``).
+    If ``SVI.init`` is renamed or stops calling the guide itself, this returns ``False`` and
+    the guide runs its bound there as everywhere else: slower set-up, same result.
+    """
+    from numpyro.infer.svi import SVI
+
+    code = SVI.init.__code__
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def enclosing_trace_values(names) -> dict:
     """Values of the sites ``names`` recorded by the ``handlers.trace`` frames that enclose
     this call (innermost first), read from ``_PYRO_STACK``.

@@ -340,6 +340,9 @@ class AutoGPVI(ContinuousGuide):
             return self._generator(layers, lam)(eps)
 
         _check_objective(type(self).__name__, _numpyro.enclosing_elbo())
+        if _numpyro.in_svi_init():  # only params and a latent value are kept: one draw
+            _numpyro.emit_log_weight(f"{self.prefix}_gpvi_surrogate", jnp.zeros(()))
+            return self._generator(layers, lam)(jax.random.normal(rng_key, (self.latent_dim,)))
         objective = self._one_program_when_eager(self._objective, rng_key)
         z, factor = objective(rng_key, layers, lam, helper, model_params, args, kwargs)
         _numpyro.emit_log_weight(f"{self.prefix}_gpvi_surrogate", factor)

@@ -395,3 +395,24 @@ def test_eager_loss_equals_the_jitted_loss(guide_cls):
     for seed in range(2):
         key = jax.random.key(seed)
         np.testing.assert_allclose(loss(params, key), jax.jit(loss)(params, key), rtol=1e-5)
+
+
+def test_svi_init_is_recognised():
+    """Inside ``SVI.init`` the guides skip their bound (only parameters and a latent value
+    are kept there); if numpyro renames ``SVI.init`` this fails, instead of every set-up
+    silently compiling a bound it does not use."""
+    from numpyro_dais import _numpyro
+
+    seen = []
+
+    def model():
+        numpyro.sample("x", dist.Normal(0.0, 1.0))
+
+    def guide():
+        seen.append(_numpyro.in_svi_init())
+        numpyro.sample("x", dist.Normal(numpyro.param("loc", 0.0), 1.0))
+
+    svi = SVI(model, guide, optax.adam(0.1), Trace_ELBO())
+    params = svi.get_params(svi.init(jax.random.key(0)))
+    Trace_ELBO().loss(jax.random.key(1), params, model, guide)
+    assert seen == [True, False]
