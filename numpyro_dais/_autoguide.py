@@ -591,11 +591,11 @@ class ContinuousGuide(AutoContinuous):
         return names
 
     def _one_program_when_eager(self, fn, rng_key):
-        """``fn(rng_key, *args)`` compiled as one program when the guide runs eagerly
-        (``SVI.init`` runs it op by op, each operation compiled on its own: seconds of set-up
-        for a bound), else ``fn`` itself. Inside, keys the model's plates ask numpyro for come
-        from ``rng_key``, not from the seed handler outside (a key drawn in a compiled
-        program cannot leave it)."""
+        """``fn(rng_key, *args)`` compiled as one program when the guide runs eagerly (a loss
+        evaluated outside ``jit`` would otherwise run op by op, each operation compiled on its
+        own: seconds for a bound), else ``fn`` itself. Inside, keys the model's plates ask
+        numpyro for come from ``rng_key``, not from the seed handler outside (a key drawn in
+        a compiled program cannot leave it)."""
         if isinstance(rng_key, jax.core.Tracer):
             return fn
         compiled = self.__dict__.setdefault("_jit_when_eager", {})  # kept for a new SVI.init
