@@ -599,9 +599,7 @@ class AnnealedGuide(ContinuousGuide):
         q0, anneal, model_params = self._params_from(params)
         if method != "q0":
             args, kwargs = self._data(args, kwargs, method)
-        if not hasattr(self, "_jit_sample_posterior"):
-            self._jit_sample_posterior = jit_by_leaves(self._sample_posterior)
-        return self._jit_sample_posterior(
+        return self._compiled(self._sample_posterior)(
             rng_key,
             (q0, anneal, model_params),
             params,
@@ -651,9 +649,9 @@ class AnnealedGuide(ContinuousGuide):
         mesh = check_mesh(type(self).__name__, mesh, num_particles, batch_size)
         state = self._params_from(params)
         args, kwargs = self._data(args, kwargs, "importance")
-        if not hasattr(self, "_jit_log_evidence"):
-            self._jit_log_evidence = jit_by_leaves(self._log_evidence)
-        return self._jit_log_evidence(rng_key, state, args, kwargs, num_particles, batch_size, mesh)
+        return self._compiled(self._log_evidence)(
+            rng_key, state, args, kwargs, num_particles, batch_size, mesh
+        )
 
     def _log_evidence(self, rng_key, state, args, kwargs, num_particles, batch_size, mesh=None):
         q0, anneal, params = state
@@ -683,22 +681,21 @@ class AnnealedGuide(ContinuousGuide):
         """
         q0, anneal, model_params = self._params_from(params)
         args, kwargs = self._data(args, kwargs, "importance")
-        N = self.num_particles
-
         if num_systems is not None:
             num_systems = check_positive_int("num_systems", num_systems)
+        diagnose = self._compiled(self._diagnostics)
+        return diagnose(rng_key, q0, anneal, model_params, args, kwargs, num_systems)
 
-        @jit_by_leaves
-        def run(rng_key, q0, anneal, params, args, kwargs):
-            def one(key):
-                out = self._run(key, q0, anneal, params, args, kwargs, N, "target", trace=True)
-                return SMCDiagnostics(out.trace.ess, out.trace.resampled, out.log_Z)
+    def _diagnostics(self, rng_key, q0, anneal, params, args, kwargs, num_systems):
+        def one(key):
+            out = self._run(
+                key, q0, anneal, params, args, kwargs, self.num_particles, "target", trace=True
+            )
+            return SMCDiagnostics(out.trace.ess, out.trace.resampled, out.log_Z)
 
-            if num_systems is None:
-                return one(rng_key)
-            return jax.vmap(one)(jax.random.split(rng_key, num_systems))
-
-        return run(rng_key, q0, anneal, model_params, args, kwargs)
+        if num_systems is None:
+            return one(rng_key)
+        return jax.vmap(one)(jax.random.split(rng_key, num_systems))
 
     def transition_params(self, params):
         """The learnt β schedule, step sizes, mass matrix and damping ``γ``, as a
@@ -738,7 +735,7 @@ class AnnealedGuide(ContinuousGuide):
         num_samples = check_positive_int("num_samples", num_samples, minimum=2)
         q0, anneal, model_params = self._params_from(params)
         args, kwargs = self._data(args, kwargs, "importance")
-        end = jit_by_leaves(self._draw)(
+        end = self._compiled(self._draw)(
             rng_key,
             q0,
             anneal,

@@ -590,6 +590,14 @@ class ContinuousGuide(AutoContinuous):
                 names[int(idx[pos])] = site + ("[" + ",".join(map(str, pos)) + "]" if pos else "")
         return names
 
+    def _compiled(self, fn, name=None):
+        """``jit_by_leaves(fn)``, built once per guide (under ``name``, default
+        ``fn.__name__``) so that repeated calls reuse its compilations."""
+        attr = f"_jit_{name or fn.__name__}"  # dropped when pickled (``__getstate__``)
+        if attr not in self.__dict__:
+            self.__dict__[attr] = jit_by_leaves(fn)
+        return self.__dict__[attr]
+
     def _one_program_when_eager(self, fn, rng_key):
         """``fn(rng_key, *args)`` compiled as one program when the guide runs eagerly (a loss
         evaluated outside ``jit`` would otherwise run op by op, each operation compiled on its
@@ -598,14 +606,11 @@ class ContinuousGuide(AutoContinuous):
         a compiled program cannot leave it)."""
         if isinstance(rng_key, jax.core.Tracer):
             return fn
-        compiled = self.__dict__.setdefault("_jit_when_eager", {})  # kept for a new SVI.init
-        if fn.__name__ not in compiled:
 
-            def seeded(rng_key, *args):
-                return handlers.seed(fn, jax.random.fold_in(rng_key, 1))(rng_key, *args)
+        def seeded(rng_key, *args):
+            return handlers.seed(fn, jax.random.fold_in(rng_key, 1))(rng_key, *args)
 
-            compiled[fn.__name__] = jit_by_leaves(seeded)
-        return compiled[fn.__name__]
+        return self._compiled(seeded, f"eager{fn.__name__}")
 
     @staticmethod
     def _bound_safe(tree):

@@ -32,6 +32,7 @@ from numpyro_dais import (
     _annealed,
     _numpyro,
 )
+from tests import models
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -377,10 +378,10 @@ def test_upstream_subsample_case_trains_gpvi():
 
 @pytest.mark.parametrize("guide_cls", [AutoDAIS, AutoGPVI])
 def test_eager_loss_equals_the_jitted_loss(guide_cls):
-    """Outside ``jit`` (``SVI.init``, or a loss evaluated eagerly) the guide runs its bound
-    as one compiled program, with its own seed for the keys the model's plate asks numpyro
-    for: the same value as the jitted loss, to float32 round-off, and the model's plate
-    draws no key from outside that program."""
+    """A loss evaluated outside ``jit`` runs the guide's bound as one compiled program,
+    with its own seed for the keys the model's plate asks numpyro for: the same value as the
+    jitted loss, to float32 round-off, and the model's plate draws no key from outside that
+    program."""
 
     def model(y):
         mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
@@ -401,8 +402,6 @@ def test_svi_init_is_recognised():
     """Inside ``SVI.init`` the guides skip their bound (only parameters and a latent value
     are kept there); if numpyro renames ``SVI.init`` this fails, instead of every set-up
     silently compiling a bound it does not use."""
-    from numpyro_dais import _numpyro
-
     seen = []
 
     def model():
@@ -416,3 +415,32 @@ def test_svi_init_is_recognised():
     params = svi.get_params(svi.init(jax.random.key(0)))
     Trace_ELBO().loss(jax.random.key(1), params, model, guide)
     assert seen == [True, False]
+
+
+def test_repeated_calls_reuse_their_compiled_programs():
+    """Each posterior method compiles once per guide: a second call with new keys (and new
+    parameter values) compiles nothing, where a program rebuilt per call would compile again
+    (seconds each on CPU)."""
+    from jax import monitoring
+
+    y = models.linear_gaussian_data()
+    guide = AutoDSMCS(models.linear_gaussian, K=2, num_particles=4)
+    svi = SVI(models.linear_gaussian, guide, optax.adam(0.01), Trace_ELBO())
+    params = svi.get_params(svi.init(jax.random.key(0), y))
+    calls = [
+        lambda p, k: guide.sample_posterior(k, p, y, sample_shape=(3,)),
+        lambda p, k: guide.log_evidence(k, p, y, num_particles=8),
+        lambda p, k: guide.diagnostics(k, p, y, num_systems=2),
+        lambda p, k: guide.transport_check(k, p, y, num_samples=8, warn=False).ok,
+    ]
+    moved = jax.tree.map(lambda x: x * 1.01, params)
+    for i, call in enumerate(calls):
+        jax.block_until_ready(call(params, jax.random.key(1)))
+        compiles = []
+        listener = lambda event, *_, **__: compiles.append(event)
+        monitoring.register_event_duration_secs_listener(listener)
+        try:
+            jax.block_until_ready(call(moved, jax.random.key(2)))
+        finally:
+            monitoring.unregister_event_duration_listener(listener)
+        assert "/jax/core/compile/backend_compile_duration" not in compiles, i
