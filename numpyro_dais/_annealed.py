@@ -294,7 +294,11 @@ class AnnealedGuide(ContinuousGuide):
             self._q0_start = self._laplace_start(args, kwargs, params, init, key, measured)
         eta_init, eta_max = self.eta_init, self.eta_max
         if eta_max is None:
-            lam = _concrete(measured["lam"])
+            if laplace:  # the Hessian at the initial point is formed: its exact λ_max
+                hessians = _concrete(measured["hessians"])
+                lam = None if hessians is None else curvature.max_eigenvalue_dense(hessians[0])
+            else:
+                lam = _concrete(measured["lam"])
             # not finite, or set up under jit: fall back to the q0 curvature
             lam = float(lam) if lam is not None and np.isfinite(lam) else 0.0
             self.curvature = max(lam, 1.0 / self.init_scale**2)
@@ -320,13 +324,13 @@ class AnnealedGuide(ContinuousGuide):
         return jit_by_leaves(call)(args, kwargs, params, operands)
 
     def _measure_curvature(self, args, kwargs, params, init, laplace, key):
-        """The set-up's curvature in one program: ``{"lam": λ_max at init}`` (when the step
-        sizes are derived) and ``{"hessians": −∇²ℓ at init and at the origin}`` (for the
-        Laplace start)."""
+        """The set-up's curvature in one program: ``{"hessians": −∇²ℓ at init and at the
+        origin}`` for the Laplace start (whose first also gives λ_max), else
+        ``{"lam": λ_max at init}`` by power iteration (when the step sizes are derived)."""
 
         def measure(dynamics, init):
             out = {}
-            if self.eta_max is None:
+            if self.eta_max is None and not laplace:
                 out["lam"] = curvature.max_eigenvalue(key, dynamics, init)
             if laplace:
                 out["hessians"] = jax.vmap(lambda z: curvature.neg_hessian(dynamics, z))(

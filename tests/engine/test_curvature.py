@@ -3,8 +3,21 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from numpyro_dais.engine import curvature
+
+
+def _power(log_density, z, num_iters=20):
+    return curvature.max_eigenvalue(jax.random.key(1), log_density, z, num_iters)
+
+
+def _dense(log_density, z, num_iters=None):
+    return curvature.max_eigenvalue_dense(curvature.neg_hessian(log_density, z))
+
+
+#: both ways to λ_max: power iteration (no Hessian formed) and the formed Hessian's
+ESTIMATES = pytest.mark.parametrize("max_eigenvalue", [_power, _dense], ids=["power", "dense"])
 
 
 def test_hvp_matches_the_hessian():
@@ -16,14 +29,16 @@ def test_hvp_matches_the_hessian():
     )
 
 
-def test_gaussian_precision_eigenvalue():
+@ESTIMATES
+def test_gaussian_precision_eigenvalue(max_eigenvalue):
     # ℓ = −½ zᵀ P z: the potential's Hessian is P, its largest eigenvalue 1e4 (a stiff case)
     P = jnp.diag(jnp.array([1e4, 3.0, 1.0]))
-    lam = curvature.max_eigenvalue(jax.random.key(0), lambda z: -0.5 * z @ P @ z, jnp.ones(3))
+    lam = max_eigenvalue(lambda z: -0.5 * z @ P @ z, jnp.ones(3))
     np.testing.assert_allclose(lam, 1e4, rtol=1e-4)
 
 
-def test_negative_curvature_does_not_limit_the_step():
+@ESTIMATES
+def test_negative_curvature_does_not_limit_the_step(max_eigenvalue):
     # Midway between the modes of ½N(0, σ²I) + ½N(1, σ²I) in d = 7, −∇²ℓ has the eigenvalue
     # 1/σ² − d/(4σ⁴) = −432 along the diagonal (it pushes particles apart, no stability limit)
     # and 1/σ² = 16 across it: the step size is set by 16, not by |−432|.
@@ -33,12 +48,13 @@ def test_negative_curvature_does_not_limit_the_step():
         comps = jnp.stack([-0.5 * jnp.sum((z - m) ** 2) / sigma**2 for m in (0.0, 1.0)])
         return jax.scipy.special.logsumexp(comps)
 
-    lam = curvature.max_eigenvalue(jax.random.key(1), log_density, jnp.full(d, 0.5), 50)
+    lam = max_eigenvalue(log_density, jnp.full(d, 0.5), 50)
     np.testing.assert_allclose(lam, 1 / sigma**2, rtol=1e-3)
 
 
-def test_non_finite_curvature_is_inf():
-    lam = curvature.max_eigenvalue(jax.random.key(0), lambda z: jnp.sum(jnp.sqrt(z)), -jnp.ones(2))
+@ESTIMATES
+def test_non_finite_curvature_is_inf(max_eigenvalue):
+    lam = max_eigenvalue(lambda z: jnp.sum(jnp.sqrt(z)), -jnp.ones(2))
     assert lam == jnp.inf
 
 
