@@ -15,6 +15,8 @@ import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.primitives import _PYRO_STACK, Messenger, _subsample_fn
 
+from numpyro_dais.engine import minibatch
+
 
 def init_latent(guide) -> jax.Array:
     """The flat unconstrained initial point ``(D,)`` that ``AutoContinuous._setup_prototype``
@@ -97,19 +99,37 @@ def enclosing_trace_values(names) -> dict:
     return found
 
 
-def subsample_indices(size: int, subsample_size: int, rng_key) -> jax.Array:
-    """A mini-batch of ``subsample_size`` of ``size`` indices drawn as ``numpyro.plate``
-    draws them (``numpyro.primitives._subsample_fn``), so NS-DAIS's dynamics see batches
-    distributed exactly like the model's. If it moves, NS-DAIS fails at import."""
-    return _subsample_fn(size, subsample_size, rng_key)
+def subsample_indices(size: int, subsample_size: int, rng_key=None) -> jax.Array:
+    """A uniform mini-batch of ``subsample_size`` of ``size`` indices
+    (:func:`~numpyro_dais.engine.minibatch.without_replacement`), with the signature of
+    ``numpyro.primitives._subsample_fn``, which draws a subsample plate's indices. The
+    guides' plates (:func:`guide_plate_indices`) and NS-DAIS's dynamics draw with it; a
+    model's own plate draws with numpyro's, from the same distribution."""
+    if rng_key is None:
+        raise ValueError("Missing random key to generate subsample indices.")
+    return minibatch.without_replacement(rng_key, size, subsample_size)
+
+
+class _FastPlateIndices(Messenger):
+    """Draws the indices of a subsample plate opened inside it with :func:`subsample_indices`
+    instead of numpyro's ``_subsample_fn`` (a loop of ``B`` sequential steps on CPU, a
+    permutation of all ``Nd`` indices elsewhere). Relies on a plate message's ``fn`` being
+    called as ``fn(size, subsample_size, rng_key=key)`` when its value is ``None``; if that
+    changes, the SL guides' plates fail at their first step."""
+
+    def process_message(self, msg):
+        if msg["type"] == "plate" and msg["value"] is None and msg["fn"] is _subsample_fn:
+            msg["fn"] = subsample_indices
 
 
 def guide_plate_indices(name: str, size: int, subsample_size: int) -> jax.Array:
     """Open the plate ``name`` in the guide and return its mini-batch indices (the plate's
-    ``_indices``). ``SVI`` replays a guide plate's indices into the model, so the guide's
-    multi-particle bound and the model's own term use the same rows. If ``_indices`` is
-    renamed, ``num_particles > 1`` with a subsampled plate fails with an ``AttributeError``."""
-    return numpyro.plate(name, size, subsample_size=subsample_size)._indices
+    ``_indices``, drawn by :func:`subsample_indices`). ``SVI`` replays a guide plate's
+    indices into the model, so the guide's multi-particle bound and the model's own term use
+    the same rows. If ``_indices`` is renamed, ``num_particles > 1`` with a subsampled plate
+    fails with an ``AttributeError``."""
+    with _FastPlateIndices():
+        return numpyro.plate(name, size, subsample_size=subsample_size)._indices
 
 
 class LogWeight(dist.Unit):
