@@ -187,6 +187,7 @@ class AnnealedGuide(ContinuousGuide):
         "posterior_method",
         "sym_kl_weight",
         "report_divergences",
+        "mesh",
     )
 
     def __init__(
@@ -209,10 +210,12 @@ class AnnealedGuide(ContinuousGuide):
         posterior_method,
         sym_kl_weight,
         report_divergences,
+        mesh,
         forward_mode_differentiation,
     ):
         self.K = check_positive_int("K", K)
         self.num_particles = check_positive_int("num_particles", num_particles)
+        self.mesh = check_mesh(type(self).__name__, mesh, self.num_particles, None)
         check_choice("kernel", kernel, KERNELS)
         check_choice("base_dist", base_dist, BASE_DISTS)
         check_choice("posterior_method", posterior_method, POSTERIOR_METHODS)
@@ -464,13 +467,32 @@ class AnnealedGuide(ContinuousGuide):
             "method='q0' needs no data."
         )
 
-    def _run(self, rng_key, q0, anneal, params, args, kwargs, N, final, batch=None, trace=False):
-        """One particle system of ``N`` on the target built for this call."""
+    def _run(
+        self,
+        rng_key,
+        q0,
+        anneal,
+        params,
+        args,
+        kwargs,
+        N,
+        final,
+        batch=None,
+        trace=False,
+        mesh=None,
+    ):
+        """One particle system of ``N`` on the target built for this call; with a ``mesh``,
+        its particles split over the mesh's devices (:func:`shard_particles`)."""
         key_target, key_run = jax.random.split(rng_key)
         target = self._target.build(
             self._view, args, kwargs, params, key_target, final=final, batch=batch
         )
-        return samplers.run(self._sampler, key_run, q0, target, anneal, N, trace=trace)
+        out = samplers.run(self._sampler, key_run, q0, target, anneal, N, trace=trace)
+        if mesh is None:
+            return out
+        particles = (out.z0, out.z, out.log_weights, out.log_final_target)
+        z0, z, log_weights, log_final_target = shard_particles(particles, mesh)
+        return out._replace(z0=z0, z=z, log_weights=log_weights, log_final_target=log_final_target)
 
     # -- training call ----------------------------------------------------------------------------
 
@@ -502,10 +524,8 @@ class AnnealedGuide(ContinuousGuide):
         makes the ELBO equal the objective (the bound plus the symmetrised-KL term)."""
         key_run, key_sym, key_pick = jax.random.split(rng_key, 3)
         N = self.num_particles
-        if N == 1:  # the model's own term of the ELBO supplies ℓ(z_K)
-            out = self._run(key_run, q0, anneal, params, args, kwargs, N, final="omit")
-        else:
-            out = self._run(key_run, q0, anneal, params, args, kwargs, N, "target", batch)
+        final = "omit" if N == 1 else "target"  # N = 1: the model's own term supplies ℓ(z_K)
+        out = self._run(key_run, q0, anneal, params, args, kwargs, N, final, batch, mesh=self.mesh)
         objective = out.log_Z + self._sym_kl_term(q0, params, args, kwargs, out, key_sym)
         if self.report_divergences:  # adds 0.0: the loss keeps the check in the program
             name, info = type(self).__name__, self._step_info()

@@ -68,6 +68,12 @@ class AutoDAIS(AnnealedGuide):
         diverged (once per step, also under ``Trace_ELBO(num_particles=B)``, whose draws
         are summed into one warning); a healthy step pays only the fixed cost of a compiled
         program holding a callback, tens of µs on CPU.
+    :param jax.sharding.Mesh mesh: split the training bound's ``N`` particles evenly over
+        the mesh's devices (its size must divide ``num_particles``); XLA partitions the
+        annealing, and loss and gradients equal the one-device run's for the same key. With
+        resampling (AutoDSMCS) a system spans the devices, so each resampling step gathers
+        its weights across them. ``sample_posterior`` and ``log_evidence`` take their own
+        ``mesh``. Default ``None``: one device.
     :param float sym_kl_weight: weight ``w`` of the explicit symmetrised-KL term that only
         ``q0``'s location sees: it follows the gradient of ``L_{N,K} − (w/K)·[KL(q0‖p) +
         KL(p‖q0)]``, while ``q0``'s scale, the transitions and the reported loss see only
@@ -93,6 +99,7 @@ class AutoDAIS(AnnealedGuide):
         posterior_method="q0",
         sym_kl_weight=None,
         report_divergences=True,
+        mesh=None,
         forward_mode_differentiation=False,
     ):
         super().__init__(model, FullData(), None, **preset_options(locals()))

@@ -87,6 +87,7 @@ class AutoDSMCS(AnnealedGuide):
         posterior_method="importance",
         sym_kl_weight=None,
         report_divergences=True,
+        mesh=None,
         forward_mode_differentiation=False,
     ):
         options = preset_options(locals())

@@ -132,6 +132,7 @@ class AutoSurrogateLikelihoodDAIS(AnnealedGuide):
         posterior_method="q0",
         sym_kl_weight=None,
         report_divergences=True,
+        mesh=None,
         forward_mode_differentiation=False,
     ):
         options = preset_options(locals())
@@ -187,6 +188,7 @@ class AutoSurrogateLikelihoodDSMCS(AnnealedGuide):
         posterior_method="importance",
         sym_kl_weight=None,
         report_divergences=True,
+        mesh=None,
         forward_mode_differentiation=False,
     ):
         options = preset_options(locals())

@@ -88,6 +88,39 @@ def test_log_evidence_sharded_equals_unsharded(mesh, guide_cls, batch_size):
 
 
 @child_only
+@pytest.mark.parametrize("guide_cls", [AutoDAIS, AutoDSMCS])
+def test_training_bound_sharded_equals_unsharded(mesh, guide_cls):
+    """``mesh=`` on the guide: the training loss and its gradients equal the one-device
+    run's for the same key, and the compiled loss anneals 8 / 4 = 2 particles per device.
+    DAIS's annealing loop gathers nothing across devices (only the one particle handed to
+    the model is picked from all 8); DSMCS's gathers at its resampling steps, as a system
+    spans the devices."""
+    y = models.linear_gaussian_data()
+    key = jax.random.key(3)
+    results = []
+    for options in ({}, {"mesh": mesh}):
+        guide = guide_cls(models.linear_gaussian, K=3, num_particles=8, **options)
+        svi = SVI(models.linear_gaussian, guide, optax.adam(0.01), Trace_ELBO())
+        params = svi.get_params(svi.init(jax.random.key(0), y))
+        loss = jax.jit(
+            jax.value_and_grad(
+                lambda p, g=guide: Trace_ELBO().loss(key, p, models.linear_gaussian, g, y)
+            )
+        )
+        results.append((params, loss(params)))
+        if options:
+            hlo = loss.lower(params).compile().as_text()
+            assert "f32[2,2]" in hlo
+            gathers = [line for line in hlo.splitlines() if "all-gather(" in line]
+            in_loop = [line for line in gathers if "/while/body/" in line]
+            assert bool(in_loop) == (guide_cls is AutoDSMCS), in_loop
+    (params, plain), (sharded_params, sharded) = results
+    _assert_close(sharded_params, params)  # the set-up is deterministic
+    _assert_close(sharded, plain)
+    assert np.isfinite(float(plain[0]))
+
+
+@child_only
 def test_particles_are_split_over_the_devices(mesh, dais_setup):
     """The annealing itself is partitioned: the compiled program holds 32 / 4 = 8 particles
     per device, never all 32 on one."""
@@ -128,6 +161,8 @@ def test_mesh_must_divide_the_particles(mesh, dais_setup):
         guide.sample_posterior(jax.random.key(0), params, y, sample_shape=(6,), mesh=mesh)
     with pytest.raises(TypeError, match="jax.sharding.Mesh"):
         guide.log_evidence(jax.random.key(0), params, y, mesh=jax.devices())
+    with pytest.raises(ValueError, match=r"4 devices does not divide num_particles=6.*=8"):
+        AutoDAIS(models.linear_gaussian, num_particles=6, mesh=mesh)
 
 
 # -- data over the mesh -------------------------------------------------------------------------
