@@ -6,7 +6,9 @@ schools (K = 4); every guide's step as a ratio to its *gradient floor*, the time
 ``(K + 1)·N`` vmapped, jitted log-joint gradients a step evaluates, and to the *chain floor*,
 the value and gradient of ``N`` chains of ``K`` plain gradient steps (what differentiating
 through ``K`` transitions costs at least); ``sample_posterior`` of 10,000 draws (numpyro's /
-ours); ``svi.init`` on a fresh guide (its set-up and first run, compilation included).
+ours); ``svi.init`` on a fresh guide (its set-up and first run, compilation included);
+AutoGPVI against amortized SVGD also on a likelihood-heavy task (logistic regression on
+10⁵ generated rows), where the gradients, not the generator's Jacobian solves, dominate.
 Quality: posterior mean and std MAE against a long NUTS run on a real data set
 (scikit-learn's bundled breast-cancer data if installed, else a generated one) for DAIS₀ (q0),
 DAIS end points, and AutoNormal.
@@ -131,6 +133,52 @@ def speed_table(name, mdl, data, K, repeats, steps, all_guides):
     return rows
 
 
+def dsmcs_resampling_rows(X, y, repeats, K=32, N=64):
+    """What resampling costs AutoDSMCS at the DSMCS paper's size (K = 32, N = 64): its
+    default Bernoulli rule against a run that never resamples, interleaved."""
+
+    def step(when):
+        guide = AutoDSMCS(model, K=K, num_particles=N, resample_when=when)
+        return svi_stepper(SVI(model, guide, optax.adam(1e-3), Trace_ELBO()), X, y)
+
+    t = time_interleaved({"bernoulli": step("bernoulli"), "never": step("never")}, repeats, 5)
+    return [
+        f"| breast cancer LR, K={K}: AutoDSMCS bernoulli / never, N={N} | "
+        f"{t['bernoulli'] / t['never']:.2f} | {t['bernoulli'] * 1e3:.1f} ms / "
+        f"{t['never'] * 1e3:.1f} ms | <= 1.05 |"
+    ]
+
+
+def gpvi_heavy_rows(num_data, repeats, steps):
+    """GPVI against amortized SVGD where the likelihood dominates a step: logistic
+    regression on ``num_data`` generated rows, D = 28 (the SL-DAIS benchmark's generator).
+    GPVI's extra cost over SVGD (the generator's Jacobian solves, ``O(N D³)``) does not grow
+    with the data; the gradients do."""
+    from benchmarks.sldais_scaling import logistic, make_data, power_of_ten
+
+    N = 16
+    data = make_data(num_data)
+    ell, z_init = flat_log_joint(logistic, data)
+
+    def step(guide):
+        return svi_stepper(SVI(logistic, guide, optax.adam(1e-3), Trace_ELBO()), *data)
+
+    calls = {
+        "gpvi": step(AutoGPVI(logistic, num_particles=N)),
+        "svgd": step(AutoGPVI(logistic, num_particles=N, algorithm="amortized_svgd")),
+        "floor": gradient_floor(ell, z_init, N),
+    }
+    t = time_interleaved(calls, repeats, steps)
+    ms = lambda key: f"{t[key] * 1e3:.2f} ms"
+    name = f"likelihood-heavy LR (Nd = {power_of_ten(num_data)}, D = 28)"
+    return [
+        f"| {name}: AutoGPVI gpvi / amortized_svgd, N={N} | {t['gpvi'] / t['svgd']:.2f} | "
+        f"{ms('gpvi')} / {ms('svgd')} | <= 1.3 |",
+        f"| {name}: AutoGPVI (gpvi) / its floor ({N} gradients) | "
+        f"{t['gpvi'] / t['floor']:.2f} | {ms('floor')} | |",
+    ]
+
+
 def setup_times(makers, X, y, repeats):
     """Median seconds of ``svi.init`` on a fresh guide (set-up and the guide's first, eager
     run: compilation included), the guides taking turns; one warm-up round first, so that
@@ -199,6 +247,9 @@ def main():
     if full_table:
         schools = (SCHOOLS_SIGMA, SCHOOLS_Y)
         lines += speed_table("eight schools, K=4", eight_schools, schools, 4, repeats, steps, False)
+        lines += dsmcs_resampling_rows(X, y, repeats)
+        heavy = {"full": 10**5, "quick": 2 * 10**4}[args.mode]
+        lines += gpvi_heavy_rows(heavy, repeats, max(1, steps // 10))
     lines += [
         "",
         "Gradient floor: (K + 1)·N vmapped, jitted log-joint gradients (numpyro's potential, "
