@@ -29,11 +29,13 @@ from numpyro_dais._autoguide import (
     ContinuousGuide,
     check_batch_size,
     check_choice,
+    check_mesh,
     check_positive_float,
     check_positive_int,
     check_sample_shape,
     log_joint,
     map_batched,
+    shard_particles,
     warn_from_jit,
 )
 from numpyro_dais.engine import gpvi, networks
@@ -172,6 +174,12 @@ class AutoGPVI(ContinuousGuide):
         when particles are non-finite, the helper diverged or a Jacobian was singular. The
         fallbacks apply either way; the host is called only on a step where something went
         wrong; a healthy step pays only tens of µs on CPU for the check.
+    :param jax.sharding.Mesh mesh: split both particle sets of a training step (``N``
+        update and ``N′ = N`` fresh particles) evenly over the mesh's devices (its size must
+        divide ``num_particles``); XLA partitions the step, gathering across devices where
+        the kernel couples every pair of particles. Loss and gradients equal the one-device
+        run's for the same key. ``sample_posterior`` takes its own ``mesh``. Default
+        ``None``: one device.
 
     Parameters: ``{prefix}_generator_{l}_w/_b``, ``{prefix}_helper_{l}_w/_b`` (``"helper"``
     only) and ``{prefix}_lambda`` (if learnt). The helper usually wants its own learning
@@ -193,6 +201,7 @@ class AutoGPVI(ContinuousGuide):
         "monitor",
         "num_summary_draws",
         "report_divergences",
+        "mesh",
     )
 
     def __init__(
@@ -215,6 +224,7 @@ class AutoGPVI(ContinuousGuide):
         monitor="ksd",
         num_summary_draws=10_000,
         report_divergences=True,
+        mesh=None,
         method=None,
     ):
         if method is not None:
@@ -226,6 +236,7 @@ class AutoGPVI(ContinuousGuide):
             )
             algorithm = method
         self.num_particles = check_positive_int("num_particles", num_particles, minimum=2)
+        self.mesh = check_mesh(type(self).__name__, mesh, self.num_particles, None)
         if noise_dim is not None:
             noise_dim = check_positive_int("noise_dim", noise_dim)
         check_choice("jacobian", jacobian, JACOBIANS)
@@ -357,8 +368,8 @@ class AutoGPVI(ContinuousGuide):
             self._generator(layers, lam),
             self._generator(*jax.lax.stop_gradient((layers, lam))),
             log_joint(self._view, args, kwargs, model_params),
-            jax.random.normal(key_eps, (N, D)),
-            jax.random.normal(key_prime, (N, D)),
+            shard_particles(jax.random.normal(key_eps, (N, D)), self.mesh),
+            shard_particles(jax.random.normal(key_prime, (N, D)), self.mesh),
             lam=lam,
             algorithm=self.algorithm,
             jacobian=self._jac or "exact",
@@ -387,21 +398,27 @@ class AutoGPVI(ContinuousGuide):
 
     # -- posterior access -------------------------------------------------------------------
 
-    def _draw(self, rng_key, params, num_draws, batch_size=None):
+    def _draw(self, rng_key, params, num_draws, batch_size=None, mesh=None):
         """``num_draws`` flat unconstrained draws ``f_θ(ε)``: ``(S, D)``."""
         f = self._generator(*self._generator_params_from(params))
         eps = jax.random.normal(rng_key, (num_draws, self.latent_dim))
-        return map_batched(f, eps, batch_size)
+        return map_batched(f, eps, batch_size, mesh)
 
-    def sample_posterior(self, rng_key, params, *args, sample_shape=(), batch_size=None, **kwargs):
+    def sample_posterior(
+        self, rng_key, params, *args, sample_shape=(), batch_size=None, mesh=None, **kwargs
+    ):
         """Fresh generator draws, constrained to the supports (deterministic sites included).
 
         :param batch_size: draws computed at once (bounds memory); ``None``: all at once.
+        :param mesh: a :class:`jax.sharding.Mesh`: the draws (each chunk of ``batch_size``)
+            are split evenly over its devices; its size must divide their number.
         :return: dict of site values with leading shape ``sample_shape``.
         """
         sample_shape = check_sample_shape(sample_shape)
         batch_size = check_batch_size(batch_size)
-        latents = self._draw(rng_key, params, self._num_draws(sample_shape), batch_size)
+        num_draws = self._num_draws(sample_shape)
+        mesh = check_mesh(type(self).__name__, mesh, num_draws, batch_size, "draws")
+        latents = self._draw(rng_key, params, num_draws, batch_size, mesh)
         return self._reshape_draws(
             self._constrain(latents, params, args, kwargs, batch_size), sample_shape
         )

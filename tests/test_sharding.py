@@ -23,7 +23,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from numpyro.infer import SVI, Trace_ELBO
 
-from numpyro_dais import AutoDAIS, AutoDSMCS, AutoSurrogateLikelihoodDAIS
+from numpyro_dais import AutoDAIS, AutoDSMCS, AutoGPVI, AutoSurrogateLikelihoodDAIS
 from tests import models
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,6 +118,33 @@ def test_training_bound_sharded_equals_unsharded(mesh, guide_cls):
     _assert_close(sharded_params, params)  # the set-up is deterministic
     _assert_close(sharded, plain)
     assert np.isfinite(float(plain[0]))
+
+
+@child_only
+def test_gpvi_particles_sharded_equal_unsharded(mesh):
+    """``mesh=`` on AutoGPVI: the training loss and gradients, and ``sample_posterior``'s
+    draws, equal the one-device run's; only the sharded step is partitioned (it holds
+    cross-device collectives: the kernel couples every pair of particles)."""
+    y = models.linear_gaussian_data()
+    key = jax.random.key(3)
+    results, programs = [], []
+    for options in ({}, {"mesh": mesh}):
+        guide = AutoGPVI(models.linear_gaussian, num_particles=16, **options)
+        svi = SVI(models.linear_gaussian, guide, optax.adam(0.01), Trace_ELBO())
+        params = svi.get_params(svi.init(jax.random.key(0), y))
+        loss = jax.jit(
+            jax.value_and_grad(
+                lambda p, g=guide: Trace_ELBO().loss(key, p, models.linear_gaussian, g, y)
+            )
+        )
+        draws = guide.sample_posterior(key, params, y, sample_shape=(12,), **options)
+        results.append((params, loss(params), draws))
+        programs.append(loss.lower(params).compile().as_text())
+    _assert_close(results[1], results[0])
+    collectives = [sum(f"{op}(" in hlo for op in ("all-gather", "all-reduce")) for hlo in programs]
+    assert collectives[0] == 0 < collectives[1], collectives
+    with pytest.raises(ValueError, match=r"4 devices does not divide num_particles=6.*=8"):
+        AutoGPVI(models.linear_gaussian, num_particles=6, mesh=mesh)
 
 
 @child_only
