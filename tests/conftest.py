@@ -53,7 +53,8 @@ def _compilation_cache():
     the same guide options, numpyro's eager set-up operations. JAX keys an entry on the
     program's HLO, compile options and versions, so a hit is the program it would compile;
     programs with host callbacks are never cached. With it, pytest's time on 2 cores fell
-    from 6:24 to 4:52 (one cache per worker instead: 5:41).
+    from 6:24-6:51 to 5:23-5:33 (clean clones; one cache per worker instead: 5:41; letting
+    the smoke runs write it too gained nothing measurable).
 
     The cache is made by the process that starts the run, so nothing carries over between
     runs. JAX writes an entry in place, and a second worker reading it half-written would
