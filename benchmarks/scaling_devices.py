@@ -160,6 +160,11 @@ def mib(x):
     return "n/a" if x is None else f"{x / 2**20:.1f}"
 
 
+def vs_base(row, base, key):
+    """``row[key] / base[key]`` to 2 decimals, ``n/a`` where either is missing."""
+    return "n/a" if row[key] is None or not base[key] else f"{row[key] / base[key]:.2f}"
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--worker":
@@ -192,11 +197,9 @@ def main(argv=None):
             [
                 r["devices"],
                 f"{r['seconds']:.3f}",
-                f"{r['seconds'] / base['seconds']:.2f}",
+                vs_base(r, base, "seconds"),
                 mib(r["xla_bytes"]),
-                "n/a"
-                if r["xla_bytes"] is None or not base["xla_bytes"]
-                else f"{r['xla_bytes'] / base['xla_bytes']:.2f}",
+                vs_base(r, base, "xla_bytes"),
                 mib(r["peak_bytes"]),
                 f"{r['log_Z']:.5f}",
                 f"{r['log_Z'] - base['log_Z']:.1e}",
@@ -219,11 +222,9 @@ def main(argv=None):
             [
                 r["devices"],
                 f"{r['train_seconds']:.3f}",
-                f"{r['train_seconds'] / base['train_seconds']:.2f}",
+                vs_base(r, base, "train_seconds"),
                 mib(r["train_xla_bytes"]),
-                "n/a"
-                if r["train_xla_bytes"] is None or not base["train_xla_bytes"]
-                else f"{r['train_xla_bytes'] / base['train_xla_bytes']:.2f}",
+                vs_base(r, base, "train_xla_bytes"),
                 f"{r['train_loss']:.3f}",
                 f"{r['train_loss'] - base['train_loss']:.1e}",
             ]

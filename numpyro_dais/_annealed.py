@@ -490,9 +490,8 @@ class AnnealedGuide(ContinuousGuide):
         out = samplers.run(self._sampler, key_run, q0, target, anneal, N, trace=trace)
         if mesh is None:
             return out
-        particles = (out.z0, out.z, out.log_weights, out.log_final_target)
-        z0, z, log_weights, log_final_target = shard_particles(particles, mesh)
-        return out._replace(z0=z0, z=z, log_weights=log_weights, log_final_target=log_final_target)
+        particles = ("z0", "z", "log_weights", "log_final_target")
+        return out._replace(**shard_particles({k: getattr(out, k) for k in particles}, mesh))
 
     # -- training call ----------------------------------------------------------------------------
 
