@@ -52,7 +52,8 @@ class AutoDAIS(AnnealedGuide):
     :param float gamma_init: initial damping of the momentum refresh, in ``(0, 1)``.
     :param float init_scale: initial standard deviation of ``q0`` where the data say little;
         for ``D ≤ 512`` ``q0`` starts at the Laplace fit ``Σ = (H₊ + I / init_scale²)⁻¹`` of
-        the curvature ``H`` at set-up (one Newton step from the initial point, ``Σ``'s stds)
+        the curvature ``H`` at set-up (at the mode that Newton ascent from the initial point
+        reaches, ``Σ``'s stds there)
         and its location is optimised in the unit ``sqrt(diag Σ₀) / init_scale`` (``Σ₀`` at
         the unconstrained origin), so that a stiff posterior (an unscaled covariate) is
         fitted as precisely as a well-scaled one.

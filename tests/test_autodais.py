@@ -172,15 +172,17 @@ def test_dais0_default_gets_the_exact_mean_and_marginal_stds():
     y = models.linear_gaussian_data()
     mean, cov = models.linear_gaussian_posterior(y)
     guide = AutoDAIS(models.linear_gaussian, K=4, num_particles=8)
-    params = _fit(guide, models.linear_gaussian, y, steps=2000, lr=0.02).params
+    # the learning rate decays (0.02 to 0.001): the bound is flat in the scale near its
+    # optimum, and at a constant 0.02 the last iterate wanders (0.55-1.18× over seeds 0-4)
+    lr = optax.cosine_decay_schedule(0.02, 2000, 0.05)
+    params = _fit(guide, models.linear_gaussian, y, steps=2000, lr=lr).params
     sd = jnp.sqrt(jnp.diag(cov))
-    # seeds 0-4: mean within 0.18 sd (Adam's jitter at lr 0.02), std 0.93-1.41x the
-    # marginal (the bound is flat in the scale near its optimum, so the last iterate
-    # wanders); the bounds below leave a margin and exclude the symmetrised-KL scale
-    np.testing.assert_array_less(jnp.abs(params["auto_z_0_loc"] - mean), 0.25 * sd)
+    # seeds 0-4: mean within 0.05 sd, std 0.88-1.09× the marginal; the bounds below leave
+    # a margin and exclude the symmetrised-KL scale (0.63×)
+    np.testing.assert_array_less(jnp.abs(params["auto_z_0_loc"] - mean), 0.15 * sd)
     ratio = params["auto_z_0_scale"] / sd
     np.testing.assert_array_less(0.8, ratio)
-    np.testing.assert_array_less(ratio, 1.6)
+    np.testing.assert_array_less(ratio, 1.25)
 
 
 def test_transport_check_fires_on_a_transported_q0_only():

@@ -6,6 +6,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
+from jax.scipy.stats import multivariate_normal
 from numpyro import handlers
 from numpyro.infer import SVI, Predictive, Trace_ELBO
 
@@ -23,6 +24,10 @@ def model(y):
 # conjugate posterior of mu: N(Σy / (n + 1), 1 / (n + 1))
 POST_MEAN = float(Y.sum() / (len(Y) + 1))
 POST_SD = float(1 / np.sqrt(len(Y) + 1))
+# −log Z: marginally y ~ N(0, I + 11ᵀ)
+MINUS_LOG_Z = -float(
+    multivariate_normal.logpdf(Y, jnp.zeros(len(Y)), jnp.eye(len(Y)) + jnp.ones((len(Y),) * 2))
+)
 
 
 def _params(guide, seed=0):
@@ -73,8 +78,13 @@ def test_never_equals_autodais_loss(kernel):
 def test_svi_trains_and_posterior_agrees(trained):
     guide, result = trained
     assert np.all(np.isfinite(result.losses))
-    # the bound improves from the first to the last 50 steps
-    assert result.losses[-50:].mean() < result.losses[:50].mean()
+    # q0 starts at the Laplace fit, exact for this conjugate model, so the bound is near
+    # log Z from the first step; at the end minus the loss is a tight bound: its mean over
+    # the last 100 steps is within 0.1 nats (~5 standard errors) of the exact log Z, and
+    # not above it by more than 4 standard errors (E[log Ẑ] ≤ log Z)
+    tail = np.asarray(result.losses[-100:])
+    se = tail.std() / np.sqrt(tail.size)
+    assert -4 * se < tail.mean() - MINUS_LOG_Z < 0.1
     draws = guide.sample_posterior(jax.random.PRNGKey(1), result.params, Y, sample_shape=(400,))
     assert draws["mu"].shape == (400,)
     # SIR draws vs the conjugate posterior: 400 correlated-free draws, so the mean is within

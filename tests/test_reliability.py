@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from functools import partial
 from pathlib import Path
 
 import jax
@@ -107,6 +108,41 @@ def test_stiff_posterior_without_the_laplace_start_is_reported(how, monkeypatch)
     assert guide.curvature > 1e5
     np.testing.assert_array_equal(params["auto_z_0_loc"], _numpyro.init_latent(guide))
     np.testing.assert_allclose(params["auto_z_0_scale"], 0.3, rtol=1e-6)
+
+
+def logistic(X, y=None, subsample_size=None):
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+    with numpyro.plate("N", X.shape[0], subsample_size=subsample_size):
+        X, y = numpyro.subsample(X, event_dim=1), numpyro.subsample(y, event_dim=0)
+        numpyro.sample("y", dist.Bernoulli(logits=X @ w), obs=y)
+
+
+@pytest.mark.parametrize("Guide", [AutoDAIS, AutoSurrogateLikelihoodDAIS])
+def test_laplace_start_is_the_mode_from_a_saturated_initial_point(Guide):
+    """``init_to_uniform`` draws ``w`` in (−2, 2)⁴; with covariates of sd 3 most logits are
+    then ±10 or beyond, where the likelihood saturates and its Hessian is far smaller than
+    at the mode: one Newton step from there (the former start) left q0 ~10 posterior sd
+    off, which Adam, moving q0 in posterior units, took thousands of steps to cross. The
+    start is the mode (BFGS on the log joint, an independent optimiser), to 0.1 sd.
+    SL-DAIS's start is the mode of its dynamics' density: with N_s = Nd its surrogate is the
+    full likelihood at the start (weights Nd / N_s = 1)."""
+    rng = np.random.default_rng(0)
+    X = jnp.asarray(3.0 * rng.normal(size=(2000, 4)), jnp.float32)
+    y = jnp.asarray(
+        rng.uniform(size=2000) < 1 / (1 + np.exp(-np.asarray(X) @ [0.5, -0.3, 0.2, 0.1])),
+        jnp.float32,
+    )
+    if Guide is AutoDAIS:
+        model, guide = logistic, AutoDAIS(logistic)
+    else:
+        model = partial(logistic, subsample_size=100)
+        guide = AutoSurrogateLikelihoodDAIS(model, num_surrogate=2000)
+    svi = SVI(model, guide, optax.adam(1e-2), Trace_ELBO())
+    params = svi.get_params(svi.init(jax.random.key(0), X, y))
+    log_joint = lambda w: numpyro.infer.util.log_density(logistic, (X, y), {}, {"w": w})[0]
+    mode = jax.scipy.optimize.minimize(lambda w: -log_joint(w), jnp.zeros(4), method="BFGS").x
+    sd = jnp.sqrt(jnp.diag(jnp.linalg.inv(-jax.hessian(log_joint)(mode))))
+    assert jnp.all(jnp.abs(params["auto_z_0_loc"] - mode) < 0.1 * sd)
 
 
 def test_well_scaled_posterior_is_not_reported(data):

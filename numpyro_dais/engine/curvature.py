@@ -9,7 +9,7 @@ is formed anyway (the Laplace start), :func:`max_eigenvalue_dense` reads it off 
 A posterior far narrower than ``q0`` along a coordinate (an unscaled covariate) also defeats
 the optimiser, which moves a parameter by about its learning rate per step:
 :func:`regularised_covariance` turns the Hessian into a Laplace covariance, the unit in
-which ``q0``'s location is optimised, and :func:`newton_start` starts it near the mode.
+which ``q0``'s location is optimised, and :func:`newton_mode` starts it at a mode.
 
 Reference: Leimkuhler & Reich (2004), "Simulating Hamiltonian Dynamics", ch. 2 (stability
 of the Störmer-Verlet method).
@@ -89,17 +89,53 @@ def regularised_covariance(neg_hess: np.ndarray, scale: float) -> np.ndarray:
     return (vectors / precision) @ vectors.T
 
 
-def newton_start(
-    log_density: Callable, z: jax.Array, cov: jax.Array, max_halvings: int = 10
-) -> jax.Array:
-    """``z`` moved by the regularised Newton step ``t·Σ∇ℓ(z)`` (``cov`` = ``Σ`` ``(D, D)``,
-    from :func:`regularised_covariance`; the posterior mode in one step for a Gaussian
-    posterior whose curvature dominates the regularisation), with the largest
-    ``t ∈ {1, 1/2, …, 2^-max_halvings}`` that raises ``ℓ``; ``z`` itself when none does (or
-    ``ℓ`` or the step is not finite)."""
-    step = cov @ jax.grad(log_density)(z)
+def newton_mode(
+    log_density: Callable,
+    z: jax.Array,
+    scale: float,
+    max_iters: int = 20,
+    max_halvings: int = 10,
+    tol: float = 1e-2,
+) -> tuple[jax.Array, jax.Array]:
+    """Regularised Newton ascent from ``z`` (D,) towards a mode of ``ℓ``: ``(z*, −∇²ℓ(z*))``,
+    shapes ``(D,)`` and ``(D, D)``.
+
+    Each iteration forms the Hessian at the current point, takes the step ``t·Σ∇ℓ`` with
+    ``Σ = (H₊ + I / scale²)⁻¹`` (:func:`regularised_covariance`: a Levenberg-Marquardt
+    damping that also bounds the step where ``ℓ`` is flat or convex) and the largest
+    ``t ∈ {1, 1/2, …, 2^-max_halvings}`` that raises ``ℓ``. It stops when the Newton
+    decrement ``∇ℓᵀΣ∇ℓ / 2`` (the rise the quadratic model predicts) is below ``tol`` nats,
+    when no step raises ``ℓ`` (or ``ℓ`` or the step is not finite), or after
+    ``max_iters`` iterations. One step is not enough far from the mode: where a logistic
+    likelihood saturates, the Hessian there is far smaller than at the mode.
+    """
+
+    def solve(neg_hess, g):
+        w, vectors = jnp.linalg.eigh((neg_hess + neg_hess.T) / 2)
+        precision = jnp.maximum(w, 0.0) + 1.0 / scale**2
+        return vectors @ ((vectors.T @ g) / precision)
+
+    def linearise(z):
+        value, g = jax.value_and_grad(log_density)(z)
+        neg_hess = neg_hessian(log_density, z)
+        step = solve(neg_hess, g)
+        return value, neg_hess, step, 0.5 * jnp.vdot(g, step)
+
     ts = 0.5 ** jnp.arange(max_halvings + 1, dtype=z.dtype)
-    candidates = z + ts[:, None] * step
-    values = jax.vmap(log_density)(candidates)
-    better = jnp.isfinite(values) & (values > log_density(z)) & jnp.all(jnp.isfinite(step))
-    return jnp.where(jnp.any(better), candidates[jnp.argmax(better)], z)
+
+    def cond(carry):
+        i, _, _, _, _, decrement, stuck = carry
+        return (i < max_iters) & ~stuck & (decrement > tol)
+
+    def body(carry):
+        i, z, value, _, step, _, _ = carry
+        candidates = z + ts[:, None] * step
+        values = jax.vmap(log_density)(candidates)
+        better = jnp.isfinite(values) & (values > value) & jnp.all(jnp.isfinite(step))
+        moved = jnp.any(better)
+        z = jnp.where(moved, candidates[jnp.argmax(better)], z)
+        return (i + 1, z, *linearise(z), ~moved)
+
+    carry = (0, z, *linearise(z), jnp.zeros((), bool))
+    _, z, _, neg_hess, _, _, _ = jax.lax.while_loop(cond, body, carry)
+    return z, neg_hess
