@@ -360,9 +360,9 @@ class AnnealedGuide(ContinuousGuide):
         a start far from the mode would take thousands of steps to cross, hence Newton
         iterated to the mode, not one step (full-data AutoDAIS, K = 2, on a synthetic
         logistic regression with 5·10⁴ rows: a mean loss of 44,801 over steps 500-550 from
-        one step's start, 27,636 from the mode). The unit is measured at the origin, not at the initial point
-        that ``init_to_uniform`` draws with the set-up key, so a saved ``SVIState`` resumes
-        exactly under any set-up key."""
+        one step's start, 27,636 from the mode). The unit is measured at the origin, not at
+        the initial point that ``init_to_uniform`` draws with the set-up key, so a saved
+        ``SVIState`` resumes exactly under any set-up key."""
         mode, hessian, hessian_origin = (
             _concrete(measured[k]) for k in ("mode", "mode_hessian", "origin_hessian")
         )

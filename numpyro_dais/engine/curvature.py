@@ -123,19 +123,19 @@ def newton_mode(
 
     ts = 0.5 ** jnp.arange(max_halvings + 1, dtype=z.dtype)
 
-    def cond(carry):
-        i, _, _, _, _, decrement, stuck = carry
-        return (i < max_iters) & ~stuck & (decrement > tol)
-
-    def body(carry):
-        i, z, value, _, step, _, _ = carry
+    def body(carry):  # one linearisation per iteration, so the Hessian is compiled once
+        i, z, _, _ = carry
+        value, neg_hess, step, decrement = linearise(z)
         candidates = z + ts[:, None] * step
         values = jax.vmap(log_density)(candidates)
         better = jnp.isfinite(values) & (values > value) & jnp.all(jnp.isfinite(step))
-        moved = jnp.any(better)
-        z = jnp.where(moved, candidates[jnp.argmax(better)], z)
-        return (i + 1, z, *linearise(z), ~moved)
+        moves = jnp.any(better) & (decrement > tol)
+        z = jnp.where(moves, candidates[jnp.argmax(better)], z)
+        return i + 1, z, neg_hess, ~moves
 
-    carry = (0, z, *linearise(z), jnp.zeros((), bool))
-    _, z, _, neg_hess, _, _, _ = jax.lax.while_loop(cond, body, carry)
+    D = jnp.shape(z)[0]
+    carry = (0, z, jnp.zeros((D, D), z.dtype), jnp.zeros((), bool))
+    # the Hessian returned is at the last point linearised: the end point unless the
+    # iterations ran out (then one step before it)
+    _, z, neg_hess, _ = jax.lax.while_loop(lambda c: (c[0] < max_iters) & ~c[3], body, carry)
     return z, neg_hess
