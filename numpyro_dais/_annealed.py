@@ -317,28 +317,32 @@ class AnnealedGuide(ContinuousGuide):
         self._step_bounds = (float(eta_init), float(eta_max))
 
     def _on_dynamics(self, fn, args, kwargs, params, key, *operands):
-        """``fn(dynamics, *operands)`` for the dynamics' log density on this call's data, as
-        one compiled program (the set-up runs eagerly, where each operation of the model
-        would otherwise be compiled on its own)."""
+        """``fn(dynamics, start, *operands)`` for the dynamics' log density on this call's
+        data and the density whose mode ``q0`` starts at (``target.start``: the full-data
+        log joint, for the mini-batch guides too), as one compiled program (the set-up runs
+        eagerly, where each operation of the model would otherwise be compiled on its own)."""
 
         def call(args, kwargs, params, operands):
-            return fn(self._target.dynamics(self._view, args, kwargs, params, key), *operands)
+            view, target = self._view, self._target
+            dynamics = target.dynamics(view, args, kwargs, params, key)
+            return fn(dynamics, target.start(view, args, kwargs, params, key), *operands)
 
         return jit_by_leaves(call)(args, kwargs, params, operands)
 
     def _measure_curvature(self, args, kwargs, params, init, laplace, key):
         """The set-up's curvature in one program: for the Laplace start, ``{"mode": the
-        mode that Newton ascent from init reaches, "mode_hessian": −∇²ℓ there (which also
-        gives λ_max), "origin_hessian": −∇²ℓ at the origin}``; else ``{"lam": λ_max at
+        mode of the start density that Newton ascent from init reaches, "mode_hessian":
+        the dynamics' −∇²ℓ there (which also gives λ_max), "origin_hessian": the same at
+        the origin}``; else ``{"lam": λ_max at
         init}`` by power iteration (when the step sizes are derived)."""
 
-        def measure(dynamics, init):
+        def measure(dynamics, start, init):
             out = {}
             if self.eta_max is None and not laplace:
                 out["lam"] = curvature.max_eigenvalue(key, dynamics, init)
             if laplace:
                 out["mode"], out["mode_hessian"] = curvature.newton_mode(
-                    dynamics, init, self.init_scale
+                    start, init, self.init_scale, curvature_density=dynamics
                 )
                 out["origin_hessian"] = curvature.neg_hessian(dynamics, jnp.zeros_like(init))
             return out

@@ -69,6 +69,11 @@ class FullData:
         """The final weight's term; ``None``: the dynamics' own (full-data) log joint."""
         return None
 
+    def start(self, view, args, kwargs, params, rng_key):
+        """The log density whose mode ``q0`` starts at (the Laplace start): the posterior's,
+        on all the data of the set-up call."""
+        return self.dynamics(view, args, kwargs, params, rng_key)
+
     def bound_batch(self):
         """Mini-batch of a multi-particle bound, drawn inside the guide run (none here)."""
         return None
@@ -124,6 +129,11 @@ class _MiniBatchTarget(FullData):
         if batch is None:
             batch = {name: jnp.arange(nd) for name, (nd, _) in self.plates.items()}
         return log_joint(view, args, kwargs, params, handler=_numpyro.FixPlates(batch))
+
+    def start(self, view, args, kwargs, params, rng_key):
+        # the full data, read once at set-up: the mode of a surrogate on N_s rows (or of one
+        # mini-batch) lies ~sqrt(Nd / N_s) posterior sd from the posterior's
+        return self.final(view, args, kwargs, params)
 
     def bound_batch(self):
         # SVI replays these plates' indices into the model: the guide's final term and the

@@ -96,6 +96,7 @@ def newton_mode(
     max_iters: int = 20,
     max_halvings: int = 10,
     tol: float = 1e-2,
+    curvature_density: Callable | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Regularised Newton ascent from ``z`` (D,) towards a mode of ``ℓ``: ``(z*, −∇²ℓ(z*))``,
     shapes ``(D,)`` and ``(D, D)``.
@@ -108,6 +109,10 @@ def newton_mode(
     when no step raises ``ℓ`` (or ``ℓ`` or the step is not finite), or after
     ``max_iters`` iterations. One step is not enough far from the mode: where a logistic
     likelihood saturates, the Hessian there is far smaller than at the mode.
+
+    ``curvature_density``: the Hessians (and the one returned) are of this density instead
+    (quasi-Newton: e.g. a cheap surrogate of ``ℓ`` with the same curvature); the mode is
+    ``ℓ``'s either way.
     """
 
     def solve(neg_hess, g):
@@ -117,7 +122,7 @@ def newton_mode(
 
     def linearise(z):
         value, g = jax.value_and_grad(log_density)(z)
-        neg_hess = neg_hessian(log_density, z)
+        neg_hess = neg_hessian(curvature_density or log_density, z)
         step = solve(neg_hess, g)
         return value, neg_hess, step, 0.5 * jnp.vdot(g, step)
 
