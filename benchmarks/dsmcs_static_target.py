@@ -58,6 +58,9 @@ PAPER_LANGEVIN = {
 #: the cells that reproduction-targets.md quotes as headline figures
 HEADLINE_CELLS = ((8, 64), (16, 32), (32, 32))
 PAPER_HMC = {(32, 64): {"DAIS": -3.81, "Bern-Cat": -1.98}}  # δ̂ = 0.1
+#: "hmc": our parameterisation (diagonal mass of geometric mean 1, steps capped at 2);
+#: "hmc-paper": the research code's (:class:`PaperHMC`)
+HMC_KERNELS = ("hmc", "hmc-paper")
 # our variant -> (resample_when, resampling_gradient), and the paper column it matches
 VARIANTS = {
     "never": ("never", "stop", "DAIS"),
@@ -80,6 +83,10 @@ SETTINGS = {
         extra_rows=list(HEADLINE_CELLS),
         ess_variants=list(VARIANTS),
         hmc_rows={(32, 64): ["never", "bernoulli"]},
+        hmc_kernels=HMC_KERNELS,
+        hmc_steps=5000,  # the paper's number of steps (at 1/8 of its batch)
+        # one headline cell at the paper's 5,000 steps, in batches of 8 and of 64 (the paper's)
+        ladder={(8, 64, "always"): [(5000, 8), (5000, 64)]},
         ess_cell=(32, 64),
     ),
     "quick": dict(
@@ -90,6 +97,9 @@ SETTINGS = {
         extra_rows=[],
         ess_variants=["never", "bernoulli", "always"],
         hmc_rows={(32, 64): ["never", "bernoulli"]},
+        hmc_kernels=HMC_KERNELS,
+        hmc_steps=100,
+        ladder={},
         ess_cell=(32, 64),
     ),
     "smoke": dict(
@@ -99,7 +109,10 @@ SETTINGS = {
         extra_variants=[],
         extra_rows=[],
         ess_variants=["never", "bernoulli"],
-        hmc_rows={},
+        hmc_rows={(2, 4): ["never"]},
+        hmc_kernels=("hmc-paper",),
+        hmc_steps=3,
+        ladder={(2, 4, "always"): [(3, 2)]},
         ess_cell=(2, 4),
     ),
 }
@@ -131,7 +144,26 @@ def optimizer(lr, steps):
     return numpyro.optim.optax_to_numpyro(tx)
 
 
-def train(model, kernel, K, N, variant, cfg, seed=0):
+class PaperHMC(AutoDSMCS):
+    """AutoDSMCS with the research code's Hamiltonian parameterisation (github.com/jzenn/
+    DSMCS: ``src/sampling/momentum.py``, ``deltas.py``): a learnt scalar mass ``M = c I``,
+    ``c = exp(s)`` from ``s = 0``, instead of our diagonal mass normalised to geometric
+    mean 1; with ``eta_max = δ̂`` the step sizes are ``δ̂ · sigmoid(u_k)``, and the
+    effective step ``δ_k / √c`` is unbounded. Also as there: ``γ`` (their ``η``) starts at
+    ``0.98 · sigmoid(0.95) + 0.01 ≈ 0.717``, ``β`` linear (both learnt in either). Left as
+    ours: a free logit per step where the code has a small network of ``k``
+    (``Embedding(K, 32)`` → SiLU → ``Linear(32, 1)``, random start around ``δ̂/2``)."""
+
+    def _anneal_params(self):
+        anneal = super()._anneal_params()
+        log_c = numpyro.param(f"{self.prefix}_log_mass_scale", jnp.zeros(()))
+        return anneal._replace(mass=jnp.full_like(anneal.mass, jnp.exp(log_c)))
+
+
+PAPER_GAMMA = 0.98 / (1.0 + np.exp(-0.95)) + 0.01
+
+
+def train(model, kernel, variant, cfg, K, N, seed=0):
     rule, gradient, _ = VARIANTS[variant]
     # Langevin: δ_k ∈ (0, δ̂ = 1), as the paper. HMC: the paper caps δ_k at δ̂ = 0.1 but also
     # learns the mass scale c (M = cI), and leapfrog with (δ, c) moves exactly as leapfrog
@@ -139,11 +171,16 @@ def train(model, kernel, K, N, variant, cfg, seed=0):
     # normalised (geometric mean 1), so the cap goes to the leapfrog stability limit of the
     # unit-variance components (2) and the start to the paper's δ̂/2 = 0.05.
     step_init, step_max = (0.5, 1.0) if kernel == "langevin" else (0.05, 2.0)
-    guide = AutoDSMCS(
+    guide_class, extra = AutoDSMCS, {}
+    if kernel == "hmc-paper":  # the research code's parameterisation, δ̂ = 0.1
+        guide_class, extra = PaperHMC, dict(gamma_init=PAPER_GAMMA)
+        step_init, step_max = 0.05, 0.1
+    guide = guide_class(
         model,
         K=K,
         num_particles=N,
-        kernel=kernel,
+        kernel="langevin" if kernel == "langevin" else "hmc",
+        **extra,
         resample_when=rule,
         resampling_gradient=gradient,
         gst_temperature=0.1,
@@ -181,6 +218,19 @@ def train(model, kernel, K, N, variant, cfg, seed=0):
     )
 
 
+def budget(cfg, kernel, variant):
+    """``(kernel, variant, cfg)`` to train a run with: HMC runs take ``cfg.hmc_steps``
+    steps, and a ladder run (kernel ``"budget"``, variant ``"name@STEPSxBATCH"``) is a
+    Langevin run with its own steps and batch."""
+    if kernel == "langevin":
+        return kernel, variant, cfg
+    if kernel == "budget":
+        variant, size = variant.split("@")
+        steps, batch = map(int, size.split("x"))
+        return "langevin", variant, SimpleNamespace(**{**vars(cfg), "steps": steps, "batch": batch})
+    return kernel, variant, SimpleNamespace(**{**vars(cfg), "steps": cfg.hmc_steps})
+
+
 def step_time(update, state):
     """Fastest per-step time over 5 timed blocks of 5 steps (robust to a shared machine)."""
     return time_steps(update, state, repeats=5, steps=5, reduce=min)
@@ -192,24 +242,43 @@ def extra_args(parser):
     parser.add_argument(
         "--resume", action="store_true", help="skip runs already in the .runs.json cache"
     )
+    parser.add_argument(
+        "--only",
+        choices=("langevin", *HMC_KERNELS, "budget"),
+        help="run only this kind of run (e.g. in parallel processes with their own "
+        "--out-dir, whose .runs.json caches are then merged for a --resume run)",
+    )
 
 
 def main(argv=None):
     args = parse_args(__doc__.splitlines()[0], argv, extra_args)
     grid = SETTINGS[args.mode]
-    cfg = SimpleNamespace(**grid["cfg"], ess_cell=grid["ess_cell"])
+    cfg = SimpleNamespace(**grid["cfg"], ess_cell=grid["ess_cell"], hmc_steps=grid["hmc_steps"])
     lang_rows, ess_cell = grid["lang_rows"], grid["ess_cell"]
     if args.steps:
-        cfg.steps = args.steps
+        cfg.steps = cfg.hmc_steps = args.steps
     model = make_model(args.seed)
     runs = [("langevin", K, N, v) for (K, N) in lang_rows for v in grid["lang_variants"]]
     runs += [("langevin", K, N, v) for (K, N) in grid["extra_rows"] for v in grid["extra_variants"]]
     runs += [("langevin", *ess_cell, v) for v in grid["ess_variants"] if ess_cell not in lang_rows]
-    runs += [("hmc", K, N, v) for (K, N), vs in grid["hmc_rows"].items() for v in vs]
+    runs += [
+        (kernel, K, N, v)
+        for kernel in grid["hmc_kernels"]
+        for (K, N), vs in grid["hmc_rows"].items()
+        for v in vs
+    ]
+    # budget ladder: Langevin runs with their own steps and batch, variant "name@STEPSxBATCH"
+    runs += [
+        ("budget", K, N, f"{v}@{steps}x{batch}")
+        for (K, N, v), budgets in grid["ladder"].items()
+        for steps, batch in budgets
+    ]
+    if args.only:
+        runs = [run for run in runs if run[0] == args.only]
     # headline cells first, then the ESS/overhead cell (K = 32, N = 64) and HMC, then the
-    # rest of the grid: the results file is rewritten after every run
+    # rest of the grid, then the ladder: the results file is rewritten after every run
     first = {(K, N) for K, N in HEADLINE_CELLS} | {ess_cell}
-    runs.sort(key=lambda r: (r[0] == "langevin" and (r[1], r[2]) not in first,))
+    runs.sort(key=lambda r: (r[0] == "budget", r[0] == "langevin" and (r[1], r[2]) not in first))
     cache_path = args.out_dir / f"{output_name(NAME, args.mode)}.runs.json"
     cached = {}
     if args.resume and cache_path.exists():
@@ -220,7 +289,7 @@ def main(argv=None):
         if run in results:
             continue
         kernel, K, N, v = run
-        r = train(model, kernel, K, N, v, cfg, args.seed)
+        r = train(model, *budget(cfg, kernel, v), K, N, args.seed)
         if (kernel, (K, N)) == ("langevin", ess_cell):
             d = r["guide"].diagnostics(
                 jax.random.PRNGKey(123), r["params"], num_systems=cfg.ess_systems
@@ -242,11 +311,52 @@ def main(argv=None):
 
     # step-time overhead of resampling: the ESS cell's SVI steps trained in this process,
     # timed one after the other at the end
-    timed = {v: results.get(("langevin", *ess_cell, v), {}) for v in VARIANTS}
-    timed = {v: r for v, r in timed.items() if "update" in r}
+    # (a run read from the cache is set up again, one step, to be timed)
+    timed = {
+        v: results[("langevin", *ess_cell, v)]
+        for v in VARIANTS
+        if ("langevin", *ess_cell, v) in results
+    }
+    one_step = SimpleNamespace(**{**vars(cfg), "steps": 1})
+    timed = {
+        v: r if "update" in r else train(model, "langevin", v, one_step, *ess_cell, args.seed)
+        for v, r in timed.items()
+    }
     if "never" in timed:
         timings = {v: step_time(r["update"], r["state"]) for v, r in timed.items()}
         write_report(results, cfg, args, stopwatch, "complete", len(cached), timings)
+
+
+def ladder_table(results, cfg):
+    """The budget ladder's rows (kernel ``"budget"``) beside the grid's run of the same
+    cell, as lines of a markdown table (none without ladder runs)."""
+    ladder = sorted(
+        (K, N, *v.split("@"), r) for (k, K, N, v), r in results.items() if k == "budget"
+    )
+    if not ladder:
+        return []
+    out = [
+        "**Budget** (Langevin; the grid's own run first; ELBO as above):",
+        "",
+        "| K, N | variant | steps × batch | system gradients | ELBO | paper |",
+        "|---|---|---|---|---|---|",
+    ]
+    cells = dict.fromkeys((K, N, v) for K, N, v, _, _ in ladder)
+    for K, N, v in cells:
+        ref = PAPER_LANGEVIN.get((K, N), {}).get(VARIANTS[v][2], "—")
+        rows = [(cfg.steps, cfg.batch, results.get(("langevin", K, N, v)))]
+        rows += [
+            (*map(int, size.split("x")), r)
+            for K2, N2, v2, size, r in ladder
+            if (K2, N2, v2) == (K, N, v)
+        ]
+        for steps, batch, r in sorted(rows, key=lambda row: row[0] * row[1]):
+            if r is not None:
+                out.append(
+                    f"| {K}, {N} | {v} | {steps:,} × {batch} | {steps * batch:,} "
+                    f"| {r['elbo']:.2f} ± {r['elbo_se']:.2f} | {ref} |"
+                )
+    return out + [""]
 
 
 def write_report(results, cfg, args, stopwatch, progress, num_cached, timings=None):
@@ -255,6 +365,7 @@ def write_report(results, cfg, args, stopwatch, progress, num_cached, timings=No
     lines = [
         f"Budget: {cfg.steps} Adam steps (lr {cfg.lr}, ×0.75 every {max(1, cfg.steps // 20)} "
         f"steps, 8 times), batches of {cfg.batch} particle systems; q0 = N(0, 9I) frozen. "
+        f"HMC rows: {cfg.hmc_steps} steps, the same schedule stretched to them. "
         f"Paper: 5,000 steps, batches of 64, lr searched, 3 seeds. Progress: {progress}"
         + (f" ({num_cached} read from an earlier run's cache)" if num_cached else "")
         + ".",
@@ -298,7 +409,9 @@ def write_report(results, cfg, args, stopwatch, progress, num_cached, timings=No
 
     lang_table_rows = sorted({(K, N) for k, K, N, _ in results if k == "langevin"})
     lines += table("langevin", lang_table_rows)
-    lines += table("hmc", sorted({(K, N) for k, K, N, _ in results if k == "hmc"}))
+    for kernel in HMC_KERNELS:
+        lines += table(kernel, sorted({(K, N) for k, K, N, _ in results if k == kernel}))
+    lines += ladder_table(results, cfg)
 
     # target: with resampling, at least the paper's ELBO in every Langevin cell it reports
     verdicts = []

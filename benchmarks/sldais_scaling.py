@@ -65,7 +65,7 @@ def make_data(num_data, seed=0, rho=RHO):
 
 
 def logistic(X, Y, subsample_size=None):
-    theta = numpyro.sample("theta", dist.Normal(jnp.zeros(D), 1.0).to_event(1))
+    theta = numpyro.sample("theta", dist.Normal(jnp.zeros(X.shape[1]), 1.0).to_event(1))
     with numpyro.plate("N", X.shape[0], subsample_size=subsample_size):
         X_batch = numpyro.subsample(X, event_dim=1)
         Y_batch = numpyro.subsample(Y, event_dim=0)

@@ -20,18 +20,27 @@ SCRIPTS = [
     "gpvi_reproduction",
     "scaling_devices",
     "sldais_scaling",
+    "sldais_vs_dais",
 ]
 #: scripts whose results are tables only
-NO_FIGURE = {"dsmcs_static_target", "gpvi_open_set", "scaling_devices", "sldais_scaling"}
+NO_FIGURE = {
+    "dsmcs_static_target",
+    "gpvi_open_set",
+    "scaling_devices",
+    "sldais_scaling",
+    "sldais_vs_dais",
+}
 #: scripts that need scikit-learn (a test dependency, pyproject.toml): its data sets
-NEEDS_SKLEARN = {"dais0_logistic", "gpvi_open_set"}
+NEEDS_SKLEARN = {"dais0_logistic", "gpvi_open_set", "sldais_vs_dais"}
 #: rows or sections a script's table must have, beyond the command and the machine
 EXPECTED = {
+    "dsmcs_static_target": ("**hmc-paper**", "**Budget**"),
+    "sldais_vs_dais": ("## breast-cancer", "| SL-DAIS K=8 |", "surrogate loss"),
     "gpvi_open_set": (
         "| GPVI (helper) |",
         "| AutoDelta (MAP) |",
         "Where we fall short of the paper",
-    )
+    ),
 }
 
 
