@@ -112,14 +112,16 @@ DRAW = "mini-batch draw alone"
 
 
 class Run:
-    """One guide on one data set: its SVI (Adam, lr 1e-2, then 1e-3 for the second half of
-    ``steps``), set up with key 1, and its jitted ``svi.update``, which the step time and the
-    training share (one compilation, not two)."""
+    """One guide on one data set: its SVI (Adam with ``schedule``; by default lr 1e-2, then
+    1e-3 for the second half of ``steps``), set up with key 1, and its jitted
+    ``svi.update``, which the step time and the training share (one compilation, not two).
+    ``guides``: the ``{name: () -> (model, guide)}`` that ``name`` is looked up in."""
 
-    def __init__(self, name, X, Y, steps):
+    def __init__(self, name, X, Y, steps, guides=None, schedule=None):
         self.name, self.X, self.Y = name, X, Y
-        self.model, self.guide = GUIDES[name]()
-        schedule = optax.piecewise_constant_schedule(1e-2, {steps // 2: 0.1})
+        self.model, self.guide = (guides or GUIDES)[name]()
+        if schedule is None:
+            schedule = optax.piecewise_constant_schedule(1e-2, {steps // 2: 0.1})
         self.svi = SVI(self.model, self.guide, optax.adam(schedule), Trace_ELBO())
         self.state0 = self.svi.init(jax.random.key(1), X, Y)
         self.update = jax.jit(self.svi.update)

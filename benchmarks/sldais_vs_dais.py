@@ -32,13 +32,20 @@ paper's claim holds exactly when the surrogate loss is below the annealing gain.
 Run from the repository root: ``python -m benchmarks.sldais_vs_dais [--quick|--smoke]``.
 """
 
+import jax.numpy as jnp
 import numpy as np
 import optax
-from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoNormal
 
 from benchmarks._common import Stopwatch, parse_args, time_interleaved, write_results
-from benchmarks.sldais_scaling import NUM_SURROGATE, B, logistic, make_data, train_and_score
+from benchmarks.sldais_scaling import (
+    NUM_SURROGATE,
+    B,
+    Run,
+    logistic,
+    make_data,
+    train_and_score,
+)
 from numpyro_dais import AutoDAIS, AutoSurrogateLikelihoodDAIS
 
 NAME = "sldais_vs_dais"
@@ -84,24 +91,13 @@ def breast_cancer(num_data, seed=0, noise=NOISE):
 DATA = {"synthetic": make_data, "breast-cancer": breast_cancer}
 
 
-class Run:
-    """One guide on one data set and one budget: its SVI (the schedule above) and jitted
-    update, with the attributes :func:`benchmarks.sldais_scaling.train_and_score` reads."""
-
-    def __init__(self, name, X, Y, steps):
-        import jax
-
-        self.name, self.X, self.Y = name, X, Y
-        self.model, self.guide = GUIDES[name]()
-        schedule = optax.piecewise_constant_schedule(
-            1e-2, {max(1, steps // 3): 0.1, max(2, 2 * steps // 3): 0.1}
-        )
-        self.svi = SVI(self.model, self.guide, optax.adam(schedule), Trace_ELBO())
-        self.state0 = self.svi.init(jax.random.key(1), X, Y)
-        self.update = jax.jit(self.svi.update)
-
-    def step(self, state):
-        return self.update(state, self.X, self.Y)
+def make_run(name, X, Y, steps):
+    """:class:`benchmarks.sldais_scaling.Run` of this script's guide ``name``, with the
+    schedule above (lr 10⁻², ×0.1 after a third and after two thirds of ``steps``)."""
+    schedule = optax.piecewise_constant_schedule(
+        1e-2, {max(1, steps // 3): 0.1, max(2, 2 * steps // 3): 0.1}
+    )
+    return Run(name, X, Y, steps, guides=GUIDES, schedule=schedule)
 
 
 def step_times(runs, repeats):
@@ -122,8 +118,6 @@ def step_times(runs, repeats):
 
 
 def main(argv=None):
-    import jax.numpy as jnp
-
     args = parse_args(__doc__.splitlines()[0], argv)
     cfg = SETTINGS[args.mode]
     stopwatch = Stopwatch()
@@ -131,7 +125,7 @@ def main(argv=None):
     for data_name, make in DATA.items():
         X, Y = map(jnp.asarray, make(cfg["nd"]))
         for steps in cfg["budgets"]:
-            runs = {name: Run(name, X, Y, steps) for name in GUIDES}
+            runs = {name: make_run(name, X, Y, steps) for name in GUIDES}
             if steps == cfg["budgets"][0]:
                 with stopwatch.lap("step times"):
                     timing[data_name] = step_times(runs, cfg["repeats"])

@@ -333,8 +333,8 @@ class AnnealedGuide(ContinuousGuide):
         """The set-up's curvature in one program: for the Laplace start, ``{"mode": the
         mode of the start density that Newton ascent from init reaches, "mode_hessian":
         the dynamics' −∇²ℓ there (which also gives λ_max), "origin_hessian": the same at
-        the origin}``; else ``{"lam": λ_max at
-        init}`` by power iteration (when the step sizes are derived)."""
+        the origin}``; else ``{"lam": λ_max at init}`` by power iteration (when the step
+        sizes are derived)."""
 
         def measure(dynamics, start, init):
             out = {}

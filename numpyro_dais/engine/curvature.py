@@ -83,10 +83,15 @@ def regularised_covariance(neg_hess: np.ndarray, scale: float) -> np.ndarray:
     covariance of the posterior at a point with ``−∇²ℓ = H``, its negative eigenvalues
     (``ℓ`` convex there, e.g. between modes) set to 0 and regularised by a Gaussian of
     standard deviation ``scale``; ``scale² I`` where ``H`` is 0, ``H⁻¹`` where it dominates."""
-    h = np.asarray(neg_hess, np.float64)
-    eigenvalues, vectors = np.linalg.eigh((h + h.T) / 2)
-    precision = np.maximum(eigenvalues, 0.0) + 1.0 / scale**2
+    vectors, precision = _regularised_eigh(np.asarray(neg_hess, np.float64), scale, np)
     return (vectors / precision) @ vectors.T
+
+
+def _regularised_eigh(neg_hess, scale: float, xp):
+    """Eigenvectors ``(D, D)`` and eigenvalues ``(D,)`` of the regularised precision
+    ``H₊ + I / scale²``, with ``xp`` = NumPy (host, float64) or ``jax.numpy`` (traced)."""
+    eigenvalues, vectors = xp.linalg.eigh((neg_hess + neg_hess.T) / 2)
+    return vectors, xp.maximum(eigenvalues, 0.0) + 1.0 / scale**2
 
 
 def newton_mode(
@@ -115,9 +120,8 @@ def newton_mode(
     ``ℓ``'s either way.
     """
 
-    def solve(neg_hess, g):
-        w, vectors = jnp.linalg.eigh((neg_hess + neg_hess.T) / 2)
-        precision = jnp.maximum(w, 0.0) + 1.0 / scale**2
+    def solve(neg_hess, g):  # Σ∇ℓ, Σ as in regularised_covariance
+        vectors, precision = _regularised_eigh(neg_hess, scale, jnp)
         return vectors @ ((vectors.T @ g) / precision)
 
     def linearise(z):
