@@ -166,3 +166,17 @@ def test_unknown_jacobian():
             lam=1.0,
             jacobian="cg",
         )
+
+
+def test_jacobian_work_is_ordered_after_the_scores():
+    """``_after(x, y)`` returns ``y`` unchanged, through a real data dependency on ``x`` that
+    the compiled program keeps (a non-finite ``x`` reaches the output; XLA drops an
+    ``optimization_barrier`` instead), so that the Jacobian solves do not run beside the
+    likelihood's gradients."""
+    y = (jnp.arange(6.0).reshape(2, 3), -jnp.ones(4))
+    after = jax.jit(gpvi._after)
+    out = after(jnp.ones((2, 3)), y)
+    for a, b in zip(out, y, strict=True):
+        np.testing.assert_array_equal(a, b)
+    poisoned = after(jnp.array([1.0, jnp.nan]), y)
+    assert all(bool(jnp.all(jnp.isnan(a))) for a in poisoned)
