@@ -12,8 +12,8 @@ Guides: SL-DAIS (RAND surrogate, ``N_s = 256``, ``K = 8``), SL-DSMCS (SL-DAIS wi
 resampling: the same surrogate, ``K`` and step settings in a system of ``N = 16`` particles,
 ``AutoSurrogateLikelihoodDSMCS`` with its default resampling: multinomial, Bernoulli rule,
 stopped resampling gradient), NS-DAIS (``B = 256``, ``K = 8``), full-data AutoDAIS (``K = 8``
-and ``K = 2``) and AutoNormal (``B = 256``). Step time: jitted ``svi.update``, warm, median of
-repeats. ELBO: after ``--steps`` Adam steps, estimated on the *full* data (no subsampling)
+and ``K = 2``) and AutoNormal (``B = 256``). Step time: jitted ``svi.update`` from the set-up
+state, warm, median of blocks, the guides of one ``Nd`` taking turns block by block. ELBO: after ``--steps`` Adam steps, estimated on the *full* data (no subsampling)
 from ``--elbo-draws`` draws; for SL-DSMCS a draw is ``log Ẑ`` of one fresh system of ``N``
 particles whose final weights use the full data (``guide.diagnostics``), a bound on
 ``log Z`` that ``N`` particles make tighter by themselves (it is SL-DAIS's ELBO at ``N = 1``).
@@ -37,7 +37,7 @@ from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoNormal
 from numpyro.infer.initialization import init_to_median
 
-from benchmarks._common import Stopwatch, parse_args, time_steps, write_results
+from benchmarks._common import Stopwatch, parse_args, time_interleaved, time_steps, write_results
 from numpyro_dais import AutoDAIS, AutoSurrogateLikelihoodDAIS, AutoSurrogateLikelihoodDSMCS
 
 NAME = "sldais_scaling"
@@ -151,8 +151,29 @@ class MiniBatchDraw:
 
 def step_time(run, repeats, budget_s=0.2):
     """Median seconds per jitted ``svi.update`` step, warm (from the set-up state)."""
-    one = time_steps(run.step, run.state0, 1, 1)  # compiles, then sizes blocks to ~budget_s
-    return time_steps(run.step, run.state0, repeats, max(1, int(budget_s / one)))
+    return step_times({run.name: run}, repeats, budget_s)[run.name]
+
+
+def step_times(runs, repeats, budget_s=0.2):
+    """``{name: median seconds per warm step}`` of ``runs`` (each with ``step(state) ->
+    (state, out)`` and ``state0``), the runs taking turns block by block
+    (:func:`time_interleaved`), so that a change of machine load hits all of them alike;
+    each run's block is sized to about ``budget_s`` from one compiled step. Every step
+    starts from ``state0``: a step's cost does not depend on the parameters, and thousands
+    of untrained steps at the training's learning rate would wander off (on 10⁶ rows into
+    diverged trajectories, whose warning calls the host on every step)."""
+    calls, sizes = {}, {}
+    for name, run in runs.items():
+        sizes[name] = max(1, int(budget_s / time_steps(run.step, run.state0, 1, 1)))
+
+        def call(run=run, n=sizes[name]):
+            for _ in range(n):
+                _, out = run.step(run.state0)
+            return out
+
+        calls[name] = call
+    seconds = time_interleaved(calls, repeats, 1)
+    return {name: seconds[name] / sizes[name] for name in runs}
 
 
 def train_and_score(run, steps, draws):
@@ -199,15 +220,11 @@ def main(argv=None):
     with stopwatch.lap("step times"):
         for nd in sizes:
             X, Y = make_data(nd, rho=args.rho)
-            for name in TIMED:
-                runs[name, nd] = Run(name, X, Y, steps)
-                timing[name, nd] = step_time(runs[name, nd], repeats)
-                print(
-                    f"step time  Nd={nd:>8,}  {name:<22} {1e3 * timing[name, nd]:9.2f} ms",
-                    flush=True,
-                )
-            timing[DRAW, nd] = step_time(MiniBatchDraw(nd), repeats)
-            print(f"step time  Nd={nd:>8,}  {DRAW:<22} {1e3 * timing[DRAW, nd]:9.2f} ms")
+            timed = {name: Run(name, X, Y, steps) for name in TIMED}
+            runs.update({(name, nd): run for name, run in timed.items()})
+            for name, seconds in step_times({**timed, DRAW: MiniBatchDraw(nd)}, repeats).items():
+                timing[name, nd] = seconds
+                print(f"step time  Nd={nd:>8,}  {name:<22} {1e3 * seconds:9.2f} ms", flush=True)
             if nd != elbo_nd:  # only the runs on the ELBO's data are needed again
                 runs = {key: run for key, run in runs.items() if key[1] == elbo_nd}
 
@@ -244,8 +261,9 @@ def power_of_ten(n):
 def render(args, sizes, timing, scores, elbo_nd, steps, draws, repeats):
     lines = [
         f"Settings: feature correlation ρ = {args.rho}, B = N_s = {B}, K = 8, SL-DSMCS "
-        f"N = {SMC_PARTICLES}; step time = median of {repeats} repeats of warm "
-        "jitted `svi.update`; generator and guides in the script's docstring.",
+        f"N = {SMC_PARTICLES}; step time = median of {repeats} blocks (about 0.2 s each) of "
+        "warm jitted `svi.update` steps, the guides of one Nd taking turns block by block; "
+        "generator and guides in the script's docstring.",
         "",
         "## Time per SVI step (ms)",
         "",
