@@ -520,8 +520,14 @@ class AnnealedGuide(ContinuousGuide):
                 args, kwargs = self._data(args, kwargs, method)
             return self._draw(rng_key, q0, anneal, params, args, kwargs, method, 1)[0]
         q0, anneal, params = self._bound_safe((q0, anneal, params))
-        # the model's mini-batch, drawn through its plates (numpyro effects: not in `_bound`)
-        batch = None if self.num_particles == 1 else self._target.bound_batch()
+        # the mini-batch of the model that the loss runs, drawn through guide plates
+        # (numpyro effects: not in `_bound`). One particle: only to spare the model its own
+        # slow draw, where the loss's model is known; the model's term is the final term.
+        loss_model = _numpyro.enclosing_loss_model()
+        batch = None
+        if loss_model is not None or self.num_particles > 1:
+            batch = self._target.bound_batch(self._view, args, kwargs, loss_model)
+        batch = None if self.num_particles == 1 else batch
         if _numpyro.in_svi_init():  # only params and a latent value are kept: a q0 draw
             _numpyro.emit_log_weight(f"{self.prefix}_log_weight", jnp.zeros(()))
             return gaussian.sample(rng_key, q0, ())

@@ -63,6 +63,25 @@ def enclosing_elbo():
     return None
 
 
+def enclosing_loss_model():
+    """The model that the enclosing ELBO's loss runs (its ``model`` argument), or ``None``.
+
+    It can differ from the model a guide was set up with: e.g. a guide trained on a
+    subsampled model, scored by the ELBO of the full-data model. Walks the call stack as
+    :func:`enclosing_elbo` does (at trace time only); ``None`` if no ELBO frame with a
+    ``model`` is found.
+    """
+    from numpyro.infer.elbo import ELBO
+
+    frame = inspect.currentframe()
+    while frame is not None:
+        local = frame.f_locals
+        if isinstance(local.get("self"), ELBO) and "model" in local:
+            return local["model"]
+        frame = frame.f_back
+    return None
+
+
 def in_svi_init() -> bool:
     """Whether the guide runs inside ``SVI.init``, which keeps only the guide's parameter
     sites and the values of its sample sites (to replay the model), never the loss.
@@ -103,8 +122,8 @@ def subsample_indices(size: int, subsample_size: int, rng_key=None) -> jax.Array
     """A uniform mini-batch of ``subsample_size`` of ``size`` indices
     (:func:`~numpyro_dais.engine.minibatch.without_replacement`), with the signature of
     ``numpyro.primitives._subsample_fn``, which draws a subsample plate's indices. The
-    guides' plates (:func:`guide_plate_indices`) and NS-DAIS's dynamics draw with it; a
-    model's own plate draws with numpyro's, from the same distribution."""
+    guides' plates (:func:`guide_plate_indices`), which the ELBO replays into the model, and
+    NS-DAIS's dynamics draw with it."""
     if rng_key is None:
         raise ValueError("Missing random key to generate subsample indices.")
     return minibatch.without_replacement(rng_key, size, subsample_size)

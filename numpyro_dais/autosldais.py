@@ -91,9 +91,11 @@ class AutoSurrogateLikelihoodDAIS(AnnealedGuide):
     rescaled estimate ``(Nd / B) Σ_{n∈J} log p(y_n | z)`` on a mini-batch ``J`` drawn
     fresh from the current data on every run (so sampling it needs the data).
 
-    With ``num_particles = N > 1`` the guide evaluates the mini-batch estimate at every
-    particle inside ``log (1/N) Σ_i w_i``, on the same mini-batch as the model (the guide
-    creates the subsample plates, and ``SVI`` replays their indices into the model). A
+    The guide draws the model's mini-batch (it opens the subsample plates that the loss's
+    model subsamples, with an ``O(B)`` sampler, and the ELBO replays their indices into
+    the model), so a step's cost does not grow with ``Nd``. With ``num_particles = N > 1``
+    it evaluates the mini-batch estimate at every particle inside ``log (1/N) Σ_i w_i``, on
+    that mini-batch. A
     noisy term inside the concave logarithm of a mean makes that estimate biased *upwards*
     for ``B < Nd`` (it can exceed ``log Z``); ``N = 1`` is unbiased.
 

@@ -458,3 +458,45 @@ def test_guide_plates_draw_with_the_o_b_sampler():
     with handlers.seed(rng_seed=0):
         key = numpyro.prng_key()
     np.testing.assert_array_equal(indices, minibatch.without_replacement(key, 10_000, 64))
+
+
+@pytest.mark.parametrize("num_particles", [1, 3])
+def test_the_model_minibatch_is_drawn_by_the_guide_only_for_a_subsampled_loss(
+    num_particles, monkeypatch
+):
+    """In a loss on the subsampled model, the guide draws the model's mini-batch with the
+    O(B) sampler and the model runs on exactly those rows (also with N = 1, where the
+    model would otherwise draw them itself with numpyro's sequential loop, most of an
+    SL-DAIS step). Scoring the same guide with the full-data model's ELBO opens no guide
+    plate: the model sees all rows (a guide plate replayed there would silently shrink the
+    data to B rows)."""
+    from numpyro_dais.engine import minibatch
+
+    X, Y = logistic_data(40)
+    drawn, seen = [], []
+    draw = minibatch.without_replacement
+    monkeypatch.setattr(
+        minibatch, "without_replacement", lambda *a: drawn.append(draw(*a)) or drawn[-1]
+    )
+
+    def model(X, Y, subsample_size=None):
+        theta = numpyro.sample("theta", dist.Normal(jnp.zeros(D), 1.0).to_event(1))
+        with numpyro.plate("N", X.shape[0], subsample_size=subsample_size) as idx:
+            seen.append(idx)
+            numpyro.sample("obs", dist.Bernoulli(logits=X[idx] @ theta), obs=Y[idx])
+
+    subsampled = partial(model, subsample_size=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the N > 1 bias note
+        guide = AutoSurrogateLikelihoodDAIS(
+            subsampled, K=2, num_particles=num_particles, num_surrogate=8
+        )
+    params = init_params(guide, subsampled, X, Y)
+    drawn.clear()
+    seen.clear()
+    Trace_ELBO().loss(jax.random.key(1), params, subsampled, guide, X, Y)
+    assert len(drawn) == 1
+    np.testing.assert_array_equal(seen[-1], drawn[0])
+    drawn.clear()
+    loss = Trace_ELBO().loss(jax.random.key(1), params, model, guide, X, Y)
+    assert not drawn and seen[-1].shape == (40,) and np.isfinite(loss)
