@@ -40,7 +40,7 @@ def _xla_flags():
 
 # Read when JAX starts its backend, so it must be set before the first computation. Set once,
 # in the process that starts the run: pytest-xdist's workers and the subprocesses of the
-# suite (notebook kernels, benchmark smoke runs, the sharding child) inherit it.
+# suite (notebook kernels, the sharding child, scaling_devices' children) inherit it.
 if "XLA_FLAGS" not in os.environ:
     os.environ["XLA_FLAGS"] = _xla_flags()
 
@@ -107,7 +107,7 @@ _compilation_cache()
 
 @pytest.fixture(scope="session", autouse=True)
 def _child_processes_only_read_the_cache():
-    """The child processes of the tests (benchmark smoke runs, notebook kernels, ...) load
+    """The child processes of the tests (notebook kernels, a benchmark's children, ...) load
     programs from the run's cache but never write it: JAX in a child writes entries in
     place. A pytest child (the sharding child) writes, whole, as every test process does."""
     with pytest.MonkeyPatch.context() as mp:
@@ -115,7 +115,8 @@ def _child_processes_only_read_the_cache():
         yield
 
 
-#: tests that run a child process for tens of seconds, slowest first (a node id prefix each)
+#: tests that run for tens of seconds (most in a child process), slowest first (a node id
+#: prefix each)
 LONG_RUNNING = (
     "tests/test_benchmarks_smoke.py::test_benchmark_smoke[sldais_scaling]",
     "tests/test_benchmarks_smoke.py::test_benchmark_smoke[gpvi_reproduction]",
