@@ -520,14 +520,16 @@ class AnnealedGuide(ContinuousGuide):
                 args, kwargs = self._data(args, kwargs, method)
             return self._draw(rng_key, q0, anneal, params, args, kwargs, method, 1)[0]
         q0, anneal, params = self._bound_safe((q0, anneal, params))
-        # the mini-batch of the model that the loss runs, drawn through guide plates
-        # (numpyro effects: not in `_bound`). One particle: only to spare the model its own
-        # slow draw, where the loss's model is known; the model's term is the final term.
+        # Open the subsample plates of the model that the loss runs, drawn in O(B) (numpyro
+        # effects: not in `_bound`); the ELBO replays them into the model. With N > 1 the
+        # bound's final term uses the batch too; with one particle the model's own term is
+        # the final term, and the plates only spare the model its slow draw, so they are
+        # opened only where the loss's model is known.
         loss_model = _numpyro.enclosing_loss_model()
         batch = None
-        if loss_model is not None or self.num_particles > 1:
-            batch = self._target.bound_batch(self._view, args, kwargs, loss_model)
-        batch = None if self.num_particles == 1 else batch
+        if self.num_particles > 1 or loss_model is not None:
+            opened = self._target.bound_batch(self._view, args, kwargs, loss_model)
+            batch = opened if self.num_particles > 1 else None
         if _numpyro.in_svi_init():  # only params and a latent value are kept: a q0 draw
             _numpyro.emit_log_weight(f"{self.prefix}_log_weight", jnp.zeros(()))
             return gaussian.sample(rng_key, q0, ())

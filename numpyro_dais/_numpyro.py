@@ -52,15 +52,7 @@ def enclosing_elbo():
     the stack (e.g. the loss moves into a free function), this returns ``None`` and the
     guides that check their objective accept any, as before the check existed.
     """
-    from numpyro.infer.elbo import ELBO
-
-    frame = inspect.currentframe()
-    while frame is not None:
-        owner = frame.f_locals.get("self")
-        if isinstance(owner, ELBO):
-            return owner
-        frame = frame.f_back
-    return None
+    return next((local["self"] for local in _elbo_frames()), None)
 
 
 def enclosing_loss_model():
@@ -71,15 +63,19 @@ def enclosing_loss_model():
     :func:`enclosing_elbo` does (at trace time only); ``None`` if no ELBO frame with a
     ``model`` is found.
     """
+    return next((local["model"] for local in _elbo_frames() if "model" in local), None)
+
+
+def _elbo_frames():
+    """The local variables of the frames on the call stack whose ``self`` is a numpyro
+    ``ELBO``, innermost first."""
     from numpyro.infer.elbo import ELBO
 
     frame = inspect.currentframe()
     while frame is not None:
-        local = frame.f_locals
-        if isinstance(local.get("self"), ELBO) and "model" in local:
-            return local["model"]
+        if isinstance(frame.f_locals.get("self"), ELBO):
+            yield frame.f_locals
         frame = frame.f_back
-    return None
 
 
 def in_svi_init() -> bool:

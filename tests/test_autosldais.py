@@ -475,9 +475,12 @@ def test_the_model_minibatch_is_drawn_by_the_guide_only_for_a_subsampled_loss(
     X, Y = logistic_data(40)
     drawn, seen = [], []
     draw = minibatch.without_replacement
-    monkeypatch.setattr(
-        minibatch, "without_replacement", lambda *a: drawn.append(draw(*a)) or drawn[-1]
-    )
+
+    def recorded_draw(*args):
+        drawn.append(draw(*args))
+        return drawn[-1]
+
+    monkeypatch.setattr(minibatch, "without_replacement", recorded_draw)
 
     def model(X, Y, subsample_size=None):
         theta = numpyro.sample("theta", dist.Normal(jnp.zeros(D), 1.0).to_event(1))

@@ -59,6 +59,8 @@ def test_benchmark_smoke(name, tmp_path, monkeypatch):
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     # the children a script starts (scaling_devices) find the package from the repository
     monkeypatch.chdir(ROOT)
     paths = [str(ROOT), os.environ.get("PYTHONPATH")]
@@ -67,8 +69,6 @@ def test_benchmark_smoke(name, tmp_path, monkeypatch):
         sys, "argv", [f"benchmarks/{name}.py", "--smoke", "--out-dir", str(tmp_path)]
     )
     importlib.import_module(f"benchmarks.{name}").main()
-    import matplotlib.pyplot as plt
-
     plt.close("all")
     result = tmp_path / f"{name}_smoke.md"
     assert result.exists()
