@@ -552,7 +552,10 @@ class AnnealedGuide(ContinuousGuide):
         # Hand one particle to the model, picked by its weight (so the model's deterministic
         # sites see a posterior-like draw). The factor makes the ELBO equal the objective:
         # ELBO = ℓ(z*) − (ℓ(z*) − objective).
-        idx = jax.random.categorical(key_pick, jax.lax.stop_gradient(out.log_weights))
+        if N == 1:
+            idx = 0
+        else:
+            idx = jax.random.categorical(key_pick, jax.lax.stop_gradient(out.log_weights))
         return out.z[idx], out.log_final_target[idx] - objective
 
     def _sym_kl_term(self, q0, params, args, kwargs, out, rng_key):

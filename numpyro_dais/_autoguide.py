@@ -31,6 +31,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import constrain_fn, helpful_support_errors, log_density
 
 from numpyro_dais import _numpyro
+from numpyro_dais._hostcall import host_call
 from numpyro_dais.engine import weights
 from numpyro_dais.engine.validation import check_choice
 
@@ -205,14 +206,12 @@ def warn_from_jit(warn_fn, counts, total, values=()) -> jax.Array:
     when any of the scalar ``counts`` (e.g. diverged particles, out of ``total``) is positive.
 
     Returns a float32 ``0.0`` that the caller **must add to a value the compiled program
-    returns** (the loss): the call is a ``jax.pure_callback`` inside a ``lax.cond``, and XLA
-    keeps it only while its result is used. A step where nothing diverged pays only the
-    runtime's fixed cost of a program that holds a host callback (about 40 µs per SVI step
-    on 2 CPU cores; ``report_divergences=False`` in ``benchmarks/autodais_vs_numpyro.py``).
-    A ``jax.debug.callback`` (an effect) cost 1 to 3 ms on *every* step, even in a branch
-    never taken: JAX then threads runtime tokens through the call, about 30 µs per input
-    and output buffer on CPU. Under ``jax.grad`` alone (no value) the check is dropped with
-    the value.
+    returns** (the loss): the call (:func:`numpyro_dais._hostcall.host_call`) sits inside a
+    ``lax.cond``, and XLA keeps it only while its result is used. On CPU the call is an XLA
+    FFI custom call, not a JAX host callback, so a step where nothing diverged costs what
+    the same step without the check costs (``benchmarks/autodais_vs_numpyro.py``); other
+    platforms use ``jax.pure_callback``. Under ``jax.grad`` alone (no value) the check is
+    dropped with the value.
 
     Under ``vmap`` (e.g. ``Trace_ELBO(num_particles=B)``) the batch is reduced first, the
     counts and ``total`` by their sum and ``values`` by their max, so the host is called once
@@ -221,18 +220,13 @@ def warn_from_jit(warn_fn, counts, total, values=()) -> jax.Array:
     """
     args = tuple(jax.lax.stop_gradient(jnp.asarray(x)) for x in (*counts, total, *values))
     num_summed = len(counts) + 1
-    zero = jax.ShapeDtypeStruct((), jnp.float32)
-
-    def host(*a):
-        warn_fn(*a)
-        return np.zeros((), np.float32)
 
     @custom_vmap
     def report(args):
         fire = functools.reduce(jnp.logical_or, [c > 0 for c in args[: num_summed - 1]])
         return jax.lax.cond(
             fire,
-            lambda a: jax.pure_callback(host, zero, *a),
+            lambda a: host_call(warn_fn, a),
             lambda a: jnp.zeros((), jnp.float32),
             args,
         )

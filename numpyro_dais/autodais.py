@@ -67,8 +67,9 @@ class AutoDAIS(AnnealedGuide):
         when trajectories diverge. Diverged particles are always dropped from the bound and
         their non-finite gradients zeroed. The host is called only on a step where something
         diverged (once per step, also under ``Trace_ELBO(num_particles=B)``, whose draws
-        are summed into one warning); a healthy step pays only the fixed cost of a compiled
-        program holding a callback, tens of µs on CPU.
+        are summed into one warning); a healthy step pays nothing for it (on CPU the call is
+        an XLA FFI custom call, not a JAX host callback). The warning comes when the step
+        runs (asynchronous dispatch): block on the result to capture it.
     :param jax.sharding.Mesh mesh: split the training bound's ``N`` particles evenly over
         the mesh's devices (its size must divide ``num_particles``); XLA partitions the
         annealing, and loss and gradients equal the one-device run's for the same key. With

@@ -91,7 +91,7 @@ def _warn(
 
 
 def _report(guide_name, is_helper, nonfinite_steps, num_nonfinite, out, total):
-    """Warn from inside jitted code (one host callback, fires only when something went wrong);
+    """Warn from inside jitted code (one host call, made only when something went wrong);
     returns the ``0.0`` to add to the loss (:func:`~numpyro_dais._autoguide.warn_from_jit`)."""
     return warn_from_jit(
         functools.partial(_warn, guide_name, is_helper, nonfinite_steps),

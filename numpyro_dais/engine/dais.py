@@ -118,13 +118,20 @@ def init(
     )(z0, v0)
 
 
+def move(
+    noise, state: ParticleState, step: StepParams, potential: Potential, kernel: str, track: bool
+) -> tuple[ParticleState, TransitionInfo]:
+    """Apply transition ``k`` to every particle of a batched state (vmapped kernel), with
+    ``noise (N, D)`` standard normal draws."""
+    transition = KERNELS[kernel]
+    return jax.vmap(lambda xi, s: transition(xi, s, step, potential, track))(noise, state)
+
+
 def step(
     rng_key, state: ParticleState, step: StepParams, potential: Potential, kernel: str, track: bool
 ) -> tuple[ParticleState, TransitionInfo]:
-    """Apply transition ``k`` to every particle of a batched state (vmapped kernel)."""
-    keys = jax.random.split(rng_key, state.z.shape[0])
-    transition = KERNELS[kernel]
-    return jax.vmap(lambda key, s: transition(key, s, step, potential, track))(keys, state)
+    """:func:`move` with the noise drawn from ``rng_key``, as :func:`transition_noise` does."""
+    return move(jax.random.normal(rng_key, state.z.shape), state, step, potential, kernel, track)
 
 
 def step_keys(rng_key, K: int):
@@ -132,6 +139,13 @@ def step_keys(rng_key, K: int):
     that never resamples uses exactly the same random numbers as DAIS."""
     init_key, transitions_key = jax.random.split(rng_key)
     return init_key, jax.random.split(transitions_key, K)
+
+
+def transition_noise(keys, shape) -> jax.Array:
+    """``(K,) + shape`` standard normal draws, row ``k`` from ``keys[k]`` as :func:`step`
+    draws it: drawn before the scan over transitions, so that its body holds no random
+    number generator (on CPU a loop of its own at every transition)."""
+    return jax.vmap(lambda key: jax.random.normal(key, shape))(keys)
 
 
 def run(
@@ -160,22 +174,31 @@ def run(
     log_q0_z0 = jax.vmap(pot.log_q0)(z0)
 
     def body(state, xs):
-        key, k = xs
-        return step(key, state, step_params(params, k), pot, kernel, track_increments)
+        noise, k = xs
+        return move(noise, state, step_params(params, k), pot, kernel, track_increments)
 
-    state, infos = jax.lax.scan(body, state, (keys, jnp.arange(params.K)))
+    ell_0 = state.log_target  # ℓ(z_0) where the kernel evaluated it (Langevin, tracking)
+    noise = transition_noise(keys, z0.shape)
+    state, infos = jax.lax.scan(body, state, (noise, jnp.arange(params.K)))
 
-    if target.log_final is None and track_increments:
+    # the states carry ℓ(z_k) when Langevin or tracking; HMC evaluates it at the midpoints
+    exact = kernel == "langevin" or track_increments
+    if target.log_final is None and exact:
         final = state.log_target  # already evaluated at z_K by the last step
     else:
         final = jax.vmap(target.log_final or target.log_dynamics)(state.z)
     deltas = jnp.sum(infos.delta, axis=0)
     log_w = final - log_q0_z0 + deltas
-    # the energy check on the dynamics' target (values only): ℓ̃(z_K) − ℓ̃(z_0) + Σ Δ_k
-    dyn_final = final if target.log_final is None else jax.vmap(target.log_dynamics)(state.z)
-    dyn_start = jax.vmap(target.log_dynamics)(z0)
-    energy = dyn_final - dyn_start + deltas
-    bad = weights.diverged(energy, jnp.abs(dyn_start) + jnp.abs(log_q0_z0)) | ~jnp.isfinite(log_w)
+    # The energy check on the dynamics' target, ℓ̃(end) − ℓ̃(start) + Σ Δ_k, from values the
+    # transitions computed with their gradients; for HMC between the first and the last
+    # leapfrog midpoint, which differs from z_0 → z_K by O(η ∇ℓ·v), far inside the limit.
+    if exact:
+        start, end = ell_0, state.log_target
+    else:
+        start, end = infos.log_target_eval[0], infos.log_target_eval[-1]
+    energy = jax.lax.stop_gradient(end - start + deltas)
+    scale = jax.lax.stop_gradient(jnp.abs(start) + jnp.abs(log_q0_z0))
+    bad = weights.diverged(energy, scale) | ~jnp.isfinite(log_w)
     log_w = jnp.where(bad, -jnp.inf, log_w)
     trace = None
     if track_increments:

@@ -118,13 +118,13 @@ def run(
 
     def body(carry, xs):
         state, log_W, log_Z = carry
-        move_key, res_keys, k = xs
+        noise, res_keys, k = xs
         if resampling_config.when == "never":
             ancestors, flag = jnp.arange(N, dtype=jnp.int32), jnp.zeros((), bool)
         else:
             state, log_W, ancestors, flag = _resample(res_keys, state, log_W, k, resampling_config)
         step = dais.step_params(params, k)
-        new, info = dais.step(move_key, state, step, pot, kernel, True)
+        new, info = dais.move(noise, state, step, pot, kernel, True)
         # energy error of the move at γ_k (the tracked values make it free)
         energy = (
             log_gamma(step.beta, new.log_q0, new.log_target)
@@ -138,7 +138,8 @@ def run(
         out = (weights.ess(log_W), flag, ancestors, log_inc, num_bad)
         return (new, log_W, log_Z + s), out
 
-    xs = (move_keys, resampling_keys(rng_key, K), jnp.arange(K))
+    noise = dais.transition_noise(move_keys, z0.shape)
+    xs = (noise, resampling_keys(rng_key, K), jnp.arange(K))
     (state, log_W, log_Z), (ess, flags, ancestors, log_incs, num_bad) = jax.lax.scan(
         body, (state, log_W, jnp.zeros((), z0.dtype)), xs
     )

@@ -1,6 +1,8 @@
 """One annealing transition for one particle: uncorrected HMC or overdamped Langevin.
 
-Each kernel maps ``(rng_key, state, step) -> (state, info)`` where ``info.delta`` is the
+Each kernel maps ``(noise, state, step) -> (state, info)``, ``noise`` a standard normal draw
+of the position's shape (drawn by the caller, for all transitions at once), where
+``info.delta`` is the
 log-density ratio of the auxiliary move (``Δ_k``) and
 ``info.log_increment`` is the incremental weight ``log w̃_k`` (0 unless tracked).
 Kernels act on a single particle; callers ``vmap`` them over the particle axis.
@@ -48,6 +50,8 @@ class StepParams(NamedTuple):
 class TransitionInfo(NamedTuple):
     delta: jax.Array  # () Δ_k
     log_increment: jax.Array  # () log w̃_k, or 0 when not tracked
+    log_target_eval: jax.Array  # () ℓ where the step took ∇ℓ (HMC: the leapfrog's midpoint;
+    #                             Langevin: z_k), a by-product of the gradient
 
 
 def _value_and_grad(potential: Potential, z):
@@ -67,11 +71,16 @@ def init_state(z, v, potential: Potential, with_values: bool, with_grads: bool):
     return ParticleState(z, v, zero, zero, zeros, zeros)
 
 
-def leapfrog(z, v, grad_log_gamma: Callable, step_size, mass):
-    """Drift–kick–drift with ``M = diag(mass)``: a volume-preserving map ``(z, v) -> (z', v̂)``."""
+def leapfrog(z, v, grad_log_gamma: Callable, step_size, mass, has_aux=False):
+    """Drift–kick–drift with ``M = diag(mass)``: a volume-preserving map ``(z, v) -> (z', v̂)``.
+
+    ``has_aux``: ``grad_log_gamma`` returns ``(gradient, aux)`` and the map returns
+    ``(z', v̂, aux)``."""
     z_half = z + 0.5 * step_size * v / mass
-    v_hat = v + step_size * grad_log_gamma(z_half)
-    return z_half + 0.5 * step_size * v_hat / mass, v_hat
+    grad, aux = grad_log_gamma(z_half) if has_aux else (grad_log_gamma(z_half), None)
+    v_hat = v + step_size * grad
+    z_new = z_half + 0.5 * step_size * v_hat / mass
+    return (z_new, v_hat, aux) if has_aux else (z_new, v_hat)
 
 
 def kinetic_log_density(v, mass):
@@ -79,7 +88,7 @@ def kinetic_log_density(v, mass):
     return -0.5 * jnp.sum(v**2 / mass)
 
 
-def hmc(rng_key, state: ParticleState, step: StepParams, potential: Potential, track: bool):
+def hmc(noise, state: ParticleState, step: StepParams, potential: Potential, track: bool):
     """Uncorrected HMC step: leapfrog at ``γ_k``, then partial momentum refresh.
 
     ``Δ_k = log N(v̂_k; 0, M) − log N(v_{k-1}; 0, M)``; the refresh
@@ -88,19 +97,21 @@ def hmc(rng_key, state: ParticleState, step: StepParams, potential: Potential, t
 
     def grad_log_gamma(z):
         g_q0 = jax.grad(potential.log_q0)(z)
-        g_t = jax.grad(potential.log_target)(z)
-        return (1.0 - step.beta) * g_q0 + step.beta * g_t
+        ell, g_t = jax.value_and_grad(potential.log_target)(z)
+        return (1.0 - step.beta) * g_q0 + step.beta * g_t, ell
 
-    z, v_hat = leapfrog(state.z, state.v, grad_log_gamma, step.step_size, step.mass)
+    z, v_hat, ell_mid = leapfrog(
+        state.z, state.v, grad_log_gamma, step.step_size, step.mass, has_aux=True
+    )
     delta = kinetic_log_density(v_hat, step.mass) - kinetic_log_density(state.v, step.mass)
-    xi = jnp.sqrt(step.mass) * jax.random.normal(rng_key, jnp.shape(z))
+    xi = jnp.sqrt(step.mass) * noise
     v = step.gamma * v_hat + jnp.sqrt(1.0 - step.gamma**2) * xi
     new = init_state(z, v, potential, with_values=track, with_grads=False)
     log_inc = _increment(state, new, step, delta) if track else jnp.zeros(())
-    return new, TransitionInfo(delta, log_inc)
+    return new, TransitionInfo(delta, log_inc, ell_mid)
 
 
-def langevin(rng_key, state: ParticleState, step: StepParams, potential: Potential, track: bool):
+def langevin(noise, state: ParticleState, step: StepParams, potential: Potential, track: bool):
     """Unadjusted (overdamped) Langevin step at ``γ_k`` with its reverse-kernel ratio.
 
     ``z_k = z + δ ∇log γ_k(z) + sqrt(2δ) ξ`` and
@@ -109,7 +120,7 @@ def langevin(rng_key, state: ParticleState, step: StepParams, potential: Potenti
     delta_t, beta = step.step_size, step.beta
     drift_prev = (1.0 - beta) * state.grad_log_q0 + beta * state.grad_log_target
     mean_fwd = state.z + delta_t * drift_prev
-    z = mean_fwd + jnp.sqrt(2.0 * delta_t) * jax.random.normal(rng_key, jnp.shape(state.z))
+    z = mean_fwd + jnp.sqrt(2.0 * delta_t) * noise
     new = init_state(z, state.v, potential, with_values=True, with_grads=True)
     drift_new = (1.0 - beta) * new.grad_log_q0 + beta * new.grad_log_target
     mean_bwd = z + delta_t * drift_new
@@ -117,7 +128,7 @@ def langevin(rng_key, state: ParticleState, step: StepParams, potential: Potenti
     log_fwd = -jnp.sum((z - mean_fwd) ** 2) / (4.0 * delta_t)
     delta = log_bwd - log_fwd
     log_inc = _increment(state, new, step, delta) if track else jnp.zeros(())
-    return new, TransitionInfo(delta, log_inc)
+    return new, TransitionInfo(delta, log_inc, new.log_target)
 
 
 def _increment(old: ParticleState, new: ParticleState, step: StepParams, delta):
