@@ -15,8 +15,10 @@ returned to XLA as an FFI error, so it fails the step as it would under ``pure_c
 
 The handler reads the C structs of ``xla/ffi/api/c_api.h`` (FFI API major version 0). The
 FFI path is used only when the jaxlib's header says so and a probe call at first use returns
-the values it was given with the struct sizes this module lays out; otherwise, and on every
-other platform (device memory), :func:`host_call` falls back to ``jax.pure_callback``.
+the values it was given with the struct sizes this module lays out, and only in programs on
+one device (a partitioned program would run a custom call on every device; JAX runs a
+callback once). Otherwise, and on every other platform (device memory), the call lowers
+to ``jax.pure_callback``.
 """
 
 import ctypes
@@ -27,6 +29,8 @@ import zlib
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import ad, mlir
 
 #: the FFI target's name
 TARGET = "numpyro_dais_host_call"
@@ -242,22 +246,49 @@ def _probe() -> bool:
         return False
 
 
+def _pure_callback(values, fn):
+    def host(v):
+        fn(*v)
+        return np.zeros((), np.float32)
+
+    return jax.pure_callback(host, jax.ShapeDtypeStruct((), jnp.float32), values)
+
+
+def _impl(values, *, fn, fid):
+    fn(*np.asarray(values))
+    return jnp.zeros((), jnp.float32)
+
+
+def _cpu_lowering(ctx, values, *, fn, fid):
+    """The FFI call in a program on one device; ``pure_callback`` in a partitioned one,
+    which JAX runs once (on the first device) where a custom call would run on each."""
+    if fid is not None and getattr(ctx.module_context.axis_context, "num_devices", 0) == 1:
+        return mlir.lower_fun(lambda v: _ffi_call(fid, v), multiple_results=False)(ctx, values)
+    return _default_lowering(ctx, values, fn=fn, fid=fid)
+
+
+def _default_lowering(ctx, values, *, fn, fid):
+    return mlir.lower_fun(lambda v: _pure_callback(v, fn), multiple_results=False)(ctx, values)
+
+
+def _jvp(primals, tangents, *, fn, fid):
+    return _host_call_p.bind(*primals, fn=fn, fid=fid), jnp.zeros((), jnp.float32)
+
+
+_host_call_p = Primitive("numpyro_dais_host_call")
+_host_call_p.def_impl(_impl)
+_host_call_p.def_abstract_eval(lambda values, *, fn, fid: jax.core.ShapedArray((), jnp.float32))
+ad.primitive_jvps[_host_call_p] = _jvp
+mlir.register_lowering(_host_call_p, _default_lowering)
+mlir.register_lowering(_host_call_p, _cpu_lowering, platform="cpu")
+
+
 def host_call(fn, values) -> jax.Array:
     """Call ``fn(*values)`` on the host from compiled code; ``values`` are scalars, passed
     as float32. Returns a float32 ``0.0`` that the caller must use (XLA drops a call whose
     result is unused). Meant for a branch that is rarely taken (inside ``lax.cond``)."""
     values = jnp.stack([jnp.asarray(v, jnp.float32) for v in values])
-
-    def callback(values):
-        def host(v):
-            fn(*v)
-            return np.zeros((), np.float32)
-
-        return jax.pure_callback(host, jax.ShapeDtypeStruct((), jnp.float32), values)
-
     if not _ffi_ok:
         _ffi_ok.append(_probe())
-    if not _ffi_ok[0]:
-        return callback(values)
-    fid = _register(fn)
-    return jax.lax.platform_dependent(values, cpu=lambda v: _ffi_call(fid, v), default=callback)
+    fid = _register(fn) if _ffi_ok[0] else None
+    return _host_call_p.bind(jax.lax.stop_gradient(values), fn=fn, fid=fid)

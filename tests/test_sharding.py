@@ -250,3 +250,22 @@ def test_row_sharded_data_is_never_gathered(mesh, guide_cls, model):
         )
     state, value = jax.jit(svi.update)(state, Xs, ys)
     assert np.isfinite(value)
+
+
+@child_only
+def test_a_host_call_in_a_partitioned_program_runs_once(mesh):
+    """Divergence warnings in a program split over the mesh come once per step, not once
+    per device: the CPU fast path (an FFI custom call, which every device would run) is for
+    one-device programs; a partitioned one gets ``pure_callback``, which JAX runs once."""
+    from numpyro_dais._autoguide import warn_from_jit
+
+    calls = []
+
+    @jax.jit
+    def step(x):
+        bad = jnp.sum(~jnp.isfinite(x))
+        return jnp.nansum(x) + warn_from_jit(lambda *v: calls.append(v), (bad,), x.shape[0])
+
+    x = jnp.arange(8.0).at[3].set(jnp.nan)
+    jax.block_until_ready(step(jax.device_put(x, NamedSharding(mesh, PartitionSpec("particles")))))
+    assert calls == [(1.0, 8.0)]
