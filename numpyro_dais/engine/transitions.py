@@ -2,8 +2,7 @@
 
 Each kernel maps ``(noise, state, step) -> (state, info)``, ``noise`` a standard normal draw
 of the position's shape (drawn by the caller, for all transitions at once), where
-``info.delta`` is the
-log-density ratio of the auxiliary move (``Δ_k``) and
+``info.delta`` is the log-density ratio of the auxiliary move (``Δ_k``) and
 ``info.log_increment`` is the incremental weight ``log w̃_k`` (0 unless tracked).
 Kernels act on a single particle; callers ``vmap`` them over the particle axis.
 
