@@ -77,15 +77,8 @@ class _Values(ctypes.Structure):  # XLA_FFI_Args and XLA_FFI_Rets share this lay
     ]
 
 
-class _Attrs(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", _size_t),
-        ("extension_start", _ptr),
-        ("size", ctypes.c_int64),
-        ("types", _ptr),
-        ("names", _ptr),
-        ("attrs", _ptr),
-    ]
+class _Attrs(_Values):  # XLA_FFI_Attrs: that layout (``values`` are its names) + attrs
+    _fields_ = [("attrs", _ptr)]
 
 
 class _CallFrame(ctypes.Structure):
