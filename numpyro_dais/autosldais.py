@@ -15,7 +15,7 @@ import warnings
 
 from numpyro_dais._annealed import AnnealedGuide, init_to_uniform, preset_options
 from numpyro_dais._autoguide import check_choice, check_positive_int
-from numpyro_dais.autodsmcs import RESAMPLING_OPTIONS, resampling_config
+from numpyro_dais.autodsmcs import RESAMPLING_OPTIONS, resampling_configs
 from numpyro_dais.targets import NaiveMiniBatch, Surrogate
 
 __all__ = ["AutoSurrogateLikelihoodDAIS", "AutoSurrogateLikelihoodDSMCS"]
@@ -179,6 +179,7 @@ class AutoSurrogateLikelihoodDSMCS(AnnealedGuide):
         resampling_gradient="stop",
         gst_temperature=0.1,
         gst_gap=1.0,
+        train_resample_when=None,
         base_dist="diagonal",
         eta_init=None,
         eta_max=None,
@@ -194,8 +195,6 @@ class AutoSurrogateLikelihoodDSMCS(AnnealedGuide):
         forward_mode_differentiation=False,
     ):
         options = preset_options(locals())
-        config = resampling_config(options)
-        for name, value in zip(RESAMPLING_OPTIONS, config, strict=True):
-            setattr(self, name, value)
+        config, train_config = resampling_configs(self, options)
         target = surrogate_target(self, options, smc=True)
-        super().__init__(model, target, config, **options)
+        super().__init__(model, target, config, train_config, **options)

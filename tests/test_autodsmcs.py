@@ -62,6 +62,23 @@ def test_loss_is_minus_the_smc_bound():
     assert np.any(grad["auto_z_0_loc"] != 0)
 
 
+def test_train_resample_when_changes_the_loss_only():
+    """train_resample_when="never": the SVI loss is AutoDAIS's for the same key, while
+    diagnostics (like posterior draws and log_evidence) still resample (always here)."""
+    kw = dict(K=K, num_particles=N, init_scale=0.5)
+    guide = AutoDSMCS(model, resample_when="always", train_resample_when="never", **kw)
+    daisg = AutoDAIS(model, **kw)
+    params = _params(guide)
+    assert set(params) == set(_params(daisg))  # (sets daisg up outside the jit)
+    key = jax.random.PRNGKey(2)
+    a = jax.jit(lambda p: Trace_ELBO().loss(key, p, model, guide, Y))(params)
+    b = jax.jit(lambda p: Trace_ELBO().loss(key, p, model, daisg, Y))(params)
+    np.testing.assert_allclose(a, b, rtol=1e-5)
+    d = guide.diagnostics(jax.random.PRNGKey(3), params, Y)
+    assert np.all(d.resampled[1:])
+    assert guide.train_resample_when == "never" and guide.resample_when == "always"
+
+
 @pytest.mark.parametrize("kernel", ["hmc", "langevin"])
 def test_never_equals_autodais_loss(kernel):
     kw = dict(K=K, num_particles=N, kernel=kernel, init_scale=0.5)
@@ -182,6 +199,7 @@ def test_plot_ess(trained, monkeypatch):
         (dict(ess_threshold=0.0), "ess_threshold"),
         (dict(ess_threshold=1.01), "ess_threshold"),
         (dict(resampling_gradient="reinforce"), "resampling_gradient"),
+        (dict(train_resample_when="sometimes"), "train_resample_when"),
         (dict(num_particles=0), "num_particles"),
         (dict(posterior_method="smc"), "posterior_method"),
     ],
