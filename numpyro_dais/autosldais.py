@@ -152,8 +152,11 @@ class AutoSurrogateLikelihoodDSMCS(AnnealedGuide):
     :class:`AutoSurrogateLikelihoodDAIS` (same random numbers for the same key), and with
     the full data in the final term it is an SMC sampler whose dynamics follow a surrogate.
     Arguments as :class:`AutoSurrogateLikelihoodDAIS` plus the resampling options of
-    :class:`~numpyro_dais.AutoDSMCS`; ``posterior_method`` defaults to ``"importance"``,
-    which (like ``log_evidence``) weights by the full-data log joint, so it needs the data.
+    :class:`~numpyro_dais.AutoDSMCS`, except that ``train_resample_when`` defaults to
+    ``None`` (train through resampling with ``resample_when``'s rule: on a mini-batched
+    logistic regression it gave a ≈1.4 nats higher ``log_evidence`` than training without).
+    ``posterior_method`` defaults to ``"importance"``, which (like ``log_evidence``) weights
+    by the full-data log joint, so it needs the data.
 
     With ``B < Nd`` the mini-batch estimate of the final term sits inside the log-sum-exp of
     the last SMC increment, so the bound is biased upwards (it may exceed ``log Z``), as

@@ -39,7 +39,13 @@ def _params(guide, seed=0):
 @pytest.fixture(scope="module")
 def trained():
     guide = AutoDSMCS(
-        model, K=K, num_particles=N, kernel="hmc", resample_when="always", init_scale=0.5
+        model,
+        K=K,
+        num_particles=N,
+        kernel="hmc",
+        resample_when="always",
+        train_resample_when=None,
+        init_scale=0.5,
     )
     svi = SVI(model, guide, numpyro.optim.Adam(0.03), Trace_ELBO())
     result = svi.run(jax.random.PRNGKey(0), 300, Y, progress_bar=False)
@@ -50,7 +56,14 @@ def test_loss_is_minus_the_smc_bound():
     """The loss of one step is −L of one particle system: over many keys its mean matches
     the mean ``log Ẑ`` of independent systems from ``diagnostics`` (same parameters), within
     4 standard errors of the difference of two 2,000-draw means; its gradient is finite."""
-    guide = AutoDSMCS(model, K=K, num_particles=N, resample_when="always", init_scale=0.5)
+    guide = AutoDSMCS(
+        model,
+        K=K,
+        num_particles=N,
+        resample_when="always",
+        train_resample_when=None,
+        init_scale=0.5,
+    )
     params = _params(guide)
     keys = jax.random.split(jax.random.PRNGKey(5), 2000)
     losses = jax.jit(jax.vmap(lambda k: Trace_ELBO().loss(k, params, model, guide, Y)))(keys)
@@ -63,10 +76,10 @@ def test_loss_is_minus_the_smc_bound():
 
 
 def test_train_resample_when_changes_the_loss_only():
-    """train_resample_when="never": the SVI loss is AutoDAIS's for the same key, while
-    diagnostics (like posterior draws and log_evidence) still resample (always here)."""
+    """train_resample_when="never" (the default): the SVI loss is AutoDAIS's for the same
+    key, while diagnostics (like posterior draws and log_evidence) still resample."""
     kw = dict(K=K, num_particles=N, init_scale=0.5)
-    guide = AutoDSMCS(model, resample_when="always", train_resample_when="never", **kw)
+    guide = AutoDSMCS(model, resample_when="always", **kw)
     daisg = AutoDAIS(model, **kw)
     params = _params(guide)
     assert set(params) == set(_params(daisg))  # (sets daisg up outside the jit)
@@ -213,4 +226,4 @@ def test_defaults():
     g = AutoDSMCS(model)
     assert g.num_particles == 16 and g.resample_when == "bernoulli"
     assert g.resampling == "multinomial" and g.resampling_gradient == "stop"
-    assert g.posterior_method == "importance"
+    assert g.posterior_method == "importance" and g.train_resample_when == "never"
