@@ -69,6 +69,10 @@ VARIANTS = {
     "ess(0.5)": ("ess", "stop", None),
     "bern-gst": ("bernoulli", "gst", "Bern-GST"),
 }
+#: the resampling rules the trained parameters of HMC runs and of the Langevin runs in
+#: EVAL_CELLS are evaluated under (training with one rule, evaluating with another)
+EVAL_VARIANTS = ("never", "bernoulli", "always")
+EVAL_CELLS = ((8, 64),)
 #: the columns of the ESS trace (transitions k, those up to K are shown)
 ESS_KS = (1, 2, 3, 4, 8, 12, 16, 20, 24, 28, 32)
 
@@ -76,7 +80,7 @@ SETTINGS = {
     # The paper's grid, with a budget that fits 2 CPU cores (about an hour): 800 steps in
     # batches of 8 systems, where the paper trains 5,000 steps in batches of 64.
     "full": dict(
-        cfg=dict(steps=800, batch=8, lr=0.03, ess_systems=64),
+        cfg=dict(steps=800, batch=8, lr=0.03, ess_systems=64, eval_systems=256),
         lang_rows=[(K, N) for K in (8, 16, 32) for N in (8, 32, 64)],
         lang_variants=["never", "always", "bernoulli"],
         extra_variants=["ess(0.5)", "bern-gst"],
@@ -90,7 +94,7 @@ SETTINGS = {
         ess_cell=(32, 64),
     ),
     "quick": dict(
-        cfg=dict(steps=100, batch=4, lr=0.05, ess_systems=32),
+        cfg=dict(steps=100, batch=4, lr=0.05, ess_systems=32, eval_systems=64),
         lang_rows=list(HEADLINE_CELLS),
         lang_variants=["never", "always", "bernoulli", "ess(0.5)"],
         extra_variants=[],
@@ -103,7 +107,7 @@ SETTINGS = {
         ess_cell=(32, 64),
     ),
     "smoke": dict(
-        cfg=dict(steps=3, batch=1, lr=0.05, ess_systems=2),
+        cfg=dict(steps=3, batch=1, lr=0.05, ess_systems=2, eval_systems=2),
         lang_rows=[],
         lang_variants=[],
         extra_variants=[],
@@ -163,7 +167,7 @@ class PaperHMC(AutoDSMCS):
 PAPER_GAMMA = 0.98 / (1.0 + np.exp(-0.95)) + 0.01
 
 
-def train(model, kernel, variant, cfg, K, N, seed=0):
+def make_guide(model, kernel, variant, K, N):
     rule, gradient, _ = VARIANTS[variant]
     # Langevin: δ_k ∈ (0, δ̂ = 1), as the paper. HMC: the paper caps δ_k at δ̂ = 0.1 but also
     # learns the mass scale c (M = cI), and leapfrog with (δ, c) moves exactly as leapfrog
@@ -182,6 +186,7 @@ def train(model, kernel, variant, cfg, K, N, seed=0):
         kernel="langevin" if kernel == "langevin" else "hmc",
         **extra,
         resample_when=rule,
+        train_resample_when=None,  # the paper's algorithm: train with the variant's rule
         resampling_gradient=gradient,
         gst_temperature=0.1,
         init_loc_fn=init_to_value(values={"z": jnp.zeros(D)}),
@@ -190,6 +195,11 @@ def train(model, kernel, variant, cfg, K, N, seed=0):
         eta_init=step_init,
         eta_max=step_max,
     )
+    return guide
+
+
+def train(model, kernel, variant, cfg, K, N, seed=0):
+    guide = make_guide(model, kernel, variant, K, N)
     svi = SVI(model, guide, optimizer(cfg.lr, cfg.steps), Trace_ELBO(num_particles=cfg.batch))
     t0 = time.perf_counter()
     state = svi.init(jax.random.PRNGKey(seed))
@@ -216,6 +226,19 @@ def train(model, kernel, variant, cfg, K, N, seed=0):
         setup_s=t1 - t0,
         step_s=(t2 - t1) / max(1, cfg.steps - 1),
     )
+
+
+def evaluate(model, kernel, variant, params, K, N, systems, seed=0):
+    """``(ELBO, standard error)`` of trained ``params`` under ``variant``'s resampling rule:
+    the mean of ``log Ẑ`` over ``systems`` fresh particle systems (keys apart from
+    training's). Separates what resampling does to the bound at fixed parameters from what
+    training through it (gradients stopped at the resampling step) does to the
+    parameters."""
+    guide = make_guide(model, kernel, variant, K, N)
+    SVI(model, guide, optimizer(0.0, 1), Trace_ELBO()).init(jax.random.PRNGKey(seed))
+    loss = jax.jit(jax.vmap(lambda key: Trace_ELBO().loss(key, params, model, guide)))
+    elbos = -np.asarray(loss(jax.random.split(jax.random.PRNGKey(seed + 10_000), systems)))
+    return float(elbos.mean()), float(elbos.std() / np.sqrt(systems))
 
 
 def budget(cfg, kernel, variant):
@@ -248,6 +271,7 @@ def extra_args(parser):
         help="run only this kind of run (e.g. in parallel processes with their own "
         "--out-dir, whose .runs.json caches are then merged for a --resume run)",
     )
+    parser.add_argument("--variant", choices=tuple(VARIANTS), help="run only this variant")
 
 
 def main(argv=None):
@@ -275,6 +299,8 @@ def main(argv=None):
     ]
     if args.only:
         runs = [run for run in runs if run[0] == args.only]
+    if args.variant:
+        runs = [run for run in runs if run[3] == args.variant]
     # headline cells first, then the ESS/overhead cell (K = 32, N = 64) and HMC, then the
     # rest of the grid, then the ladder: the results file is rewritten after every run
     first = {(K, N) for K, N in HEADLINE_CELLS} | {ess_cell}
@@ -296,6 +322,11 @@ def main(argv=None):
             )
             r["ess_trace"] = np.asarray(d.ess).mean(0).tolist()
             r["resampled_fraction"] = float(np.asarray(d.resampled)[:, 1:].mean())
+        if kernel in HMC_KERNELS or ((K, N) in EVAL_CELLS and v in EVAL_VARIANTS):
+            r["evaluated"] = {
+                ev: evaluate(model, kernel, ev, r["params"], K, N, cfg.eval_systems, args.seed)
+                for ev in EVAL_VARIANTS
+            }
         results[run] = r
         print(
             f"{kernel:8s} K={K:2d} N={N:2d} {v:10s} ELBO {r['elbo']:8.2f} ± {r['elbo_se']:.2f}"
@@ -303,6 +334,7 @@ def main(argv=None):
             flush=True,
         )
         keep = ("elbo", "elbo_se", "setup_s", "step_s", "ess_trace", "resampled_fraction")
+        keep += ("evaluated",)
         cache = {json.dumps(k): {s: x[s] for s in keep if s in x} for k, x in results.items()}
         cache_path.write_text(json.dumps(cache, indent=1))
         done = sum(r in results for r in runs)
@@ -325,6 +357,26 @@ def main(argv=None):
     if "never" in timed:
         timings = {v: step_time(r["update"], r["state"]) for v, r in timed.items()}
         write_report(results, cfg, args, stopwatch, "complete", len(cached), timings)
+
+
+def evaluated_table(results, cfg):
+    """Trained parameters evaluated under each resampling rule, as lines of a markdown table
+    (none without such runs)."""
+    rows = [(k, K, N, v, r) for (k, K, N, v), r in results.items() if "evaluated" in r]
+    if not rows:
+        return []
+    out = [
+        f"**Trained parameters under each rule** (ELBO = mean log Ẑ over "
+        f"{cfg.eval_systems} fresh systems ± its standard error; rows: the rule trained "
+        "with, gradients stopped at resampling; columns: the rule evaluated with):",
+        "",
+        "| kernel | K, N | trained with | " + " | ".join(EVAL_VARIANTS) + " |",
+        "|---" * (3 + len(EVAL_VARIANTS)) + "|",
+    ]
+    for k, K, N, v, r in sorted(rows, key=lambda row: row[:4]):
+        cells = [f"{e:.2f} ± {se:.2f}" for e, se in (r["evaluated"][ev] for ev in EVAL_VARIANTS)]
+        out.append(f"| {k} | {K}, {N} | {v} | " + " | ".join(cells) + " |")
+    return out + [""]
 
 
 def ladder_table(results, cfg):
@@ -411,6 +463,7 @@ def write_report(results, cfg, args, stopwatch, progress, num_cached, timings=No
     lines += table("langevin", lang_table_rows)
     for kernel in HMC_KERNELS:
         lines += table(kernel, sorted({(K, N) for k, K, N, _ in results if k == kernel}))
+    lines += evaluated_table(results, cfg)
     lines += ladder_table(results, cfg)
 
     # target: with resampling, at least the paper's ELBO in every Langevin cell it reports

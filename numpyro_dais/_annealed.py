@@ -195,6 +195,7 @@ class AnnealedGuide(ContinuousGuide):
         model,
         target,
         resampling=None,
+        train_resampling=None,
         *,
         K,
         num_particles,
@@ -237,6 +238,8 @@ class AnnealedGuide(ContinuousGuide):
             )
         self._sampler = samplers.Sampler(kernel, resampling)
         samplers.check(self._sampler)
+        self._train_sampler = samplers.Sampler(kernel, train_resampling or resampling)
+        samplers.check(self._train_sampler)
         self.kernel = kernel
         self.base_dist = base_dist
         self.eta_init = eta_init
@@ -492,14 +495,16 @@ class AnnealedGuide(ContinuousGuide):
         batch=None,
         trace=False,
         mesh=None,
+        sampler=None,
     ):
         """One particle system of ``N`` on the target built for this call; with a ``mesh``,
-        its particles split over the mesh's devices (:func:`shard_particles`)."""
+        its particles split over the mesh's devices (:func:`shard_particles`). ``sampler``:
+        ``None`` for the guide's own (posterior draws, evidence, diagnostics)."""
         key_target, key_run = jax.random.split(rng_key)
         target = self._target.build(
             self._view, args, kwargs, params, key_target, final=final, batch=batch
         )
-        out = samplers.run(self._sampler, key_run, q0, target, anneal, N, trace=trace)
+        out = samplers.run(sampler or self._sampler, key_run, q0, target, anneal, N, trace=trace)
         if mesh is None:
             return out
         particles = ("z0", "z", "log_weights", "log_final_target")
@@ -544,7 +549,19 @@ class AnnealedGuide(ContinuousGuide):
         key_run, key_sym, key_pick = jax.random.split(rng_key, 3)
         N = self.num_particles
         final = "omit" if N == 1 else "target"  # N = 1: the model's own term supplies ℓ(z_K)
-        out = self._run(key_run, q0, anneal, params, args, kwargs, N, final, batch, mesh=self.mesh)
+        out = self._run(
+            key_run,
+            q0,
+            anneal,
+            params,
+            args,
+            kwargs,
+            N,
+            final,
+            batch,
+            mesh=self.mesh,
+            sampler=self._train_sampler,
+        )
         objective = out.log_Z + self._sym_kl_term(q0, params, args, kwargs, out, key_sym)
         if self.report_divergences:  # adds 0.0: the loss keeps the check in the program
             name, info = type(self).__name__, self._step_info()

@@ -39,7 +39,13 @@ def _params(guide, seed=0):
 @pytest.fixture(scope="module")
 def trained():
     guide = AutoDSMCS(
-        model, K=K, num_particles=N, kernel="hmc", resample_when="always", init_scale=0.5
+        model,
+        K=K,
+        num_particles=N,
+        kernel="hmc",
+        resample_when="always",
+        train_resample_when=None,
+        init_scale=0.5,
     )
     svi = SVI(model, guide, numpyro.optim.Adam(0.03), Trace_ELBO())
     result = svi.run(jax.random.PRNGKey(0), 300, Y, progress_bar=False)
@@ -50,7 +56,14 @@ def test_loss_is_minus_the_smc_bound():
     """The loss of one step is −L of one particle system: over many keys its mean matches
     the mean ``log Ẑ`` of independent systems from ``diagnostics`` (same parameters), within
     4 standard errors of the difference of two 2,000-draw means; its gradient is finite."""
-    guide = AutoDSMCS(model, K=K, num_particles=N, resample_when="always", init_scale=0.5)
+    guide = AutoDSMCS(
+        model,
+        K=K,
+        num_particles=N,
+        resample_when="always",
+        train_resample_when=None,
+        init_scale=0.5,
+    )
     params = _params(guide)
     keys = jax.random.split(jax.random.PRNGKey(5), 2000)
     losses = jax.jit(jax.vmap(lambda k: Trace_ELBO().loss(k, params, model, guide, Y)))(keys)
@@ -60,6 +73,23 @@ def test_loss_is_minus_the_smc_bound():
     grad = jax.jit(jax.grad(lambda p: Trace_ELBO().loss(keys[0], p, model, guide, Y)))(params)
     assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grad))
     assert np.any(grad["auto_z_0_loc"] != 0)
+
+
+def test_train_resample_when_changes_the_loss_only():
+    """train_resample_when="never" (the default): the SVI loss is AutoDAIS's for the same
+    key, while diagnostics (like posterior draws and log_evidence) still resample."""
+    kw = dict(K=K, num_particles=N, init_scale=0.5)
+    guide = AutoDSMCS(model, resample_when="always", **kw)
+    daisg = AutoDAIS(model, **kw)
+    params = _params(guide)
+    assert set(params) == set(_params(daisg))  # (sets daisg up outside the jit)
+    key = jax.random.PRNGKey(2)
+    a = jax.jit(lambda p: Trace_ELBO().loss(key, p, model, guide, Y))(params)
+    b = jax.jit(lambda p: Trace_ELBO().loss(key, p, model, daisg, Y))(params)
+    np.testing.assert_allclose(a, b, rtol=1e-5)
+    d = guide.diagnostics(jax.random.PRNGKey(3), params, Y)
+    assert np.all(d.resampled[1:])
+    assert guide.train_resample_when == "never" and guide.resample_when == "always"
 
 
 @pytest.mark.parametrize("kernel", ["hmc", "langevin"])
@@ -182,6 +212,7 @@ def test_plot_ess(trained, monkeypatch):
         (dict(ess_threshold=0.0), "ess_threshold"),
         (dict(ess_threshold=1.01), "ess_threshold"),
         (dict(resampling_gradient="reinforce"), "resampling_gradient"),
+        (dict(train_resample_when="sometimes"), "train_resample_when"),
         (dict(num_particles=0), "num_particles"),
         (dict(posterior_method="smc"), "posterior_method"),
     ],
@@ -195,4 +226,4 @@ def test_defaults():
     g = AutoDSMCS(model)
     assert g.num_particles == 16 and g.resample_when == "bernoulli"
     assert g.resampling == "multinomial" and g.resampling_gradient == "stop"
-    assert g.posterior_method == "importance"
+    assert g.posterior_method == "importance" and g.train_resample_when == "never"

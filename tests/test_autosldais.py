@@ -131,7 +131,7 @@ def test_sldsmcs_with_a_full_data_target_is_dsmcs(rule):
     X, Y = logistic_data(20)
     options = dict(K=3, num_particles=6, resample_when=rule)
     sl = AutoSurrogateLikelihoodDSMCS(logistic, num_surrogate=20, **options)
-    dsmcs = AutoDSMCS(logistic, **options)
+    dsmcs = AutoDSMCS(logistic, train_resample_when=None, **options)
     params = perturbed(init_params(sl, logistic, X, Y, 20))
     params["auto_surrogate_weights"] = jnp.ones(20)
     shared = {k: v for k, v in params.items() if k != "auto_surrogate_weights"}

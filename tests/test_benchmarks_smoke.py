@@ -42,7 +42,7 @@ NO_FIGURE = {
 NEEDS_SKLEARN = {"dais0_logistic", "gpvi_open_set", "sldais_vs_dais"}
 #: rows or sections a script's table must have, beyond the command and the machine
 EXPECTED = {
-    "dsmcs_static_target": ("**hmc-paper**", "**Budget**"),
+    "dsmcs_static_target": ("**hmc-paper**", "**Budget**", "Trained parameters under each rule"),
     "sldais_vs_dais": ("## breast-cancer", "| SL-DAIS K=8 |", "surrogate loss"),
     "gpvi_open_set": (
         "| GPVI (helper) |",
