@@ -97,6 +97,11 @@ METHODS = (
     ("AutoNormal (MF-VI)", "AutoNormal", DEFAULT_LR),
     ("AutoDelta (MAP)", "AutoDelta", DEFAULT_LR),
 )
+#: the generator's input width k of these rows (the others: D): it reads the first k noise
+#: coordinates, the skip term λε keeps all D (the paper's hypernetwork takes noise narrower
+#: than D)
+NOISE_WIDTH = {"GPVI (helper), noise width 64": 64, "amortized SVGD, noise width 64": 64}
+METHODS += tuple((name, name.split(",")[0], GENERATOR_LR) for name in NOISE_WIDTH)
 DEFAULT_LR_METHODS = (
     ("GPVI (helper), lr 5e-2", "GPVI (helper)", DEFAULT_LR),
     ("amortized SVGD, lr 5e-2", "amortized SVGD", DEFAULT_LR),
@@ -155,15 +160,17 @@ def class_probs(draws, X):
 # -- guides and training -------------------------------------------------------------------------
 
 
-def make_guide(base, model, cfg):
+def make_guide(base, model, cfg, noise_dim=None):
     if base == "AutoDelta":
         return AutoDelta(model, init_loc_fn=init_to_median)
     # gpvi_reproduction's guides: one hidden layer of 64 units in the generator (AutoGPVI's
-    # default width), noise width D, init_to_median
-    return repro.make_guide(base, model, (64,), cfg["particles"], cfg["helper_hidden"])
+    # default width), noise width D unless given, init_to_median
+    return repro.make_guide(
+        base, model, (64,), cfg["particles"], cfg["helper_hidden"], noise_dim=noise_dim
+    )
 
 
-def train(base, model, cfg, seed, data, lr):
+def train(base, model, cfg, seed, data, lr, noise_dim=None):
     """gpvi_reproduction's training (Adam, cosine decay from ``lr`` to 2% of it; the helper at
     a constant 3e-3), stepped from Python through one jitted ``svi.update`` so that the
     timing below reuses the compiled step. Counts the steps on which AutoGPVI warned.
@@ -171,7 +178,7 @@ def train(base, model, cfg, seed, data, lr):
     Returns ``(guide, params, seconds after compilation, fallbacks, nonfinite, shift, stepper)``,
     ``shift`` the RMS change of the generator's output over the first step,
     ``stepper`` a zero-argument call that takes one more step (for the timing)."""
-    guide = make_guide(base, model, cfg)
+    guide = make_guide(base, model, cfg, noise_dim)
     svi = SVI(model, guide, repro.optimiser(cfg["steps"], lr, HELPER_LR), Trace_ELBO())
     update = jax.jit(svi.update)
     with warnings.catch_warnings(record=True) as caught:
@@ -242,7 +249,7 @@ def evaluate(guide, params, cfg, seed, data, X_te, y_te, X_out, point):
 def run(name, base, lr, model, cfg, seed, data, test):
     """Train and evaluate one method from one seed: ``(metrics, stepper)``."""
     guide, params, secs, fallbacks, nonfinite, shift, stepper = train(
-        base, model, cfg, seed, data, lr
+        base, model, cfg, seed, data, lr, NOISE_WIDTH.get(name)
     )
     r = evaluate(guide, params, cfg, seed, data, *test, point=base == "AutoDelta")
     r.update(train_s=secs, fallbacks=fallbacks, nonfinite=nonfinite, shift=shift)
@@ -346,7 +353,9 @@ def main(argv=None):
         f"{cfg['draws']} draws. Training: `gpvi_reproduction.optimiser`, Adam with cosine decay to "
         f"2% over {cfg['steps']} full-batch steps, from {GENERATOR_LR:g} for the two "
         f"generators (see below) and {DEFAULT_LR:g} for AutoNormal / AutoDelta; the helper "
-        f"at a constant {HELPER_LR:g}; generator 1 × 64 hidden units, noise width D, "
+        f"at a constant {HELPER_LR:g}; generator 1 × 64 hidden units, noise width D (rows "
+        "marked *noise width 64*: the generator's MLP reads the first 64 of the D noise "
+        "coordinates, its skip term λε all D), "
         f"{cfg['particles']} particles per step, helper width {cfg['helper_hidden']}.",
         "",
         f"Results ({spread}). Paper (GPVI, MNIST, LeNet-5): AUROC {PAPER_AUC} from the "

@@ -79,12 +79,13 @@ PAPER = {
 }
 
 
-def make_guide(method, model, hidden_dims, num_particles, helper_hidden):
+def make_guide(method, model, hidden_dims, num_particles, helper_hidden, noise_dim=None):
     common = dict(
         num_particles=num_particles,
         hidden_dims=hidden_dims,
         helper_hidden=helper_hidden,
         init_loc_fn=init_to_median,
+        noise_dim=noise_dim,
     )
     if method == "GPVI (helper)":
         return AutoGPVI(model, jacobian="helper", **common)

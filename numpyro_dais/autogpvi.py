@@ -156,6 +156,8 @@ class AutoGPVI(ContinuousGuide):
 
     :param int num_particles: ``N = N′ >= 2`` particles per step.
     :param int noise_dim: ``k`` in ``[1, D]``, the input width of ``g_θ``; default ``D``.
+        With ``k < D`` each output past ``k`` keeps the skip term's variance ``λ²``, which
+        ``g_θ`` cannot cancel: pair it with ``learn_lambda=True`` for narrow posteriors.
     :param tuple hidden_dims: hidden widths of ``g_θ`` (ReLU); ``()`` is a linear ``g_θ``.
     :param str jacobian: ``"exact"`` (solve with ``jax.jacfwd``, cost ``O(N D³)``),
         ``"helper"`` (helper network) or ``"auto"`` (exact for ``D <= 100``).
