@@ -93,13 +93,15 @@ def test_training_bound_sharded_equals_unsharded(mesh, guide_cls):
     """``mesh=`` on the guide: the training loss and its gradients equal the one-device
     run's for the same key, and the compiled loss anneals 8 / 4 = 2 particles per device.
     DAIS's annealing loop gathers nothing across devices (only the one particle handed to
-    the model is picked from all 8); DSMCS's gathers at its resampling steps, as a system
-    spans the devices."""
+    the model is picked from all 8); DSMCS's, trained through resampling, gathers at its
+    resampling steps, as a system spans the devices."""
     y = models.linear_gaussian_data()
     key = jax.random.key(3)
+    # AutoDSMCS trains without resampling by default; train through it here.
+    extra = {"train_resample_when": None} if guide_cls is AutoDSMCS else {}
     results = []
     for options in ({}, {"mesh": mesh}):
-        guide = guide_cls(models.linear_gaussian, K=3, num_particles=8, **options)
+        guide = guide_cls(models.linear_gaussian, K=3, num_particles=8, **extra, **options)
         svi = SVI(models.linear_gaussian, guide, optax.adam(0.01), Trace_ELBO())
         params = svi.get_params(svi.init(jax.random.key(0), y))
         loss = jax.jit(
