@@ -19,7 +19,6 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from numpyro import handlers
 from numpyro.distributions import constraints
 from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffine, biject_to
 from numpyro.infer.initialization import init_to_uniform
@@ -460,8 +459,7 @@ class AnnealedGuide(ContinuousGuide):
     def _params_from(self, params):
         """``(q0, anneal, model_params)`` from an SVI ``params`` dict, checked first."""
         self._check_params(params, lambda: (self._guide_params(), self._model_params()))
-        params = {k: jnp.asarray(v) for k, v in params.items()}
-        q0, anneal = handlers.substitute(self._guide_params, data=params)()
+        q0, anneal = self._substituted(self._guide_params, params)
         return q0, anneal, self._model_params_from(params)
 
     # -- the sampler on a target -----------------------------------------------------------------

@@ -482,9 +482,18 @@ class ContinuousGuide(AutoContinuous):
         shape: a ``KeyError`` names the missing ones (as numpyro's guides raise), a
         ``ValueError`` the mis-shaped ones."""
         self._check_set_up()
-        with handlers.block(), handlers.trace() as tr, handlers.seed(rng_seed=0):
-            make_params()
-        expected = {k: jnp.shape(s["value"]) for k, s in tr.items() if s["type"] == "param"}
+
+        def initial_values():
+            with handlers.block(), handlers.trace() as tr, handlers.seed(rng_seed=0):
+                make_params()
+            return {k: s["value"] for k, s in tr.items() if s["type"] == "param"}
+
+        # traced once per guide and caller, not run: the shapes are fixed at set-up
+        attr = f"_param_shapes_{make_params.__qualname__}"
+        if attr not in self.__dict__:
+            shapes = jax.eval_shape(initial_values)
+            self.__dict__[attr] = {k: v.shape for k, v in shapes.items()}
+        expected = self.__dict__[attr]
         missing = sorted(k for k in expected if k not in params)
         if missing:
             raise KeyError(
@@ -503,6 +512,13 @@ class ContinuousGuide(AutoContinuous):
                 "they come from a guide with other options (K, base_dist, num_surrogate, ...) "
                 "or another model."
             )
+
+    def _substituted(self, make_params, params):
+        """``make_params()`` with its ``numpyro.param`` sites set from ``params`` (check them
+        first with :meth:`_check_params`)."""
+
+        params = {k: jnp.asarray(v) for k, v in params.items()}
+        return handlers.substitute(make_params, data=params)()
 
     # -- the model's current state --------------------------------------------------------
 

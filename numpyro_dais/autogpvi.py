@@ -20,7 +20,6 @@ import jax
 import jax.numpy as jnp
 import numpyro
 import optax
-from numpyro import handlers
 from numpyro.distributions import constraints
 from numpyro.infer.initialization import init_to_uniform
 
@@ -331,8 +330,7 @@ class AutoGPVI(ContinuousGuide):
 
     def _generator_params_from(self, params):
         self._check_params(params, self._generator_params)
-        params = {k: jnp.asarray(v) for k, v in params.items()}
-        return handlers.substitute(self._generator_params, data=params)()
+        return self._substituted(self._generator_params, params)
 
     def _generator(self, layers, lam):
         return lambda eps: networks.generator_apply(layers, lam, eps)
