@@ -516,7 +516,6 @@ class ContinuousGuide(AutoContinuous):
     def _substituted(self, make_params, params):
         """``make_params()`` with its ``numpyro.param`` sites set from ``params`` (check them
         first with :meth:`_check_params`)."""
-
         params = {k: jnp.asarray(v) for k, v in params.items()}
         return handlers.substitute(make_params, data=params)()
 

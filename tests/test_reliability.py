@@ -290,6 +290,29 @@ def test_foreign_or_empty_params_are_a_key_error(trained, data):
         guide.sample_posterior(jax.random.key(0), params)
 
 
+def test_mis_shaped_params_are_a_value_error_on_every_call(trained, data):
+    """The expected shapes are traced once per guide and cached: a call after a good one
+    still refuses params of another shape (here a K = 5 schedule for a K = 2 guide), for
+    the annealed guides' parameters and for GPVI's generator."""
+    guide, params = trained
+    guide.median(params)
+    guide.median(params)  # the second call reads the cached shapes
+    wrong = {**params, "auto_beta_increments": jnp.ones(5)}
+    with pytest.raises(ValueError, match=r"wrong shapes.*auto_beta_increments.*\(5,\), \(2,\)"):
+        guide.median(wrong)
+    gpvi = AutoGPVI(regression)
+    gpvi_params = (
+        SVI(regression, gpvi, optax.adam(1e-3), Trace_ELBO())
+        .run(jax.random.key(0), 2, *data, progress_bar=False)
+        .params
+    )
+    gpvi.median(gpvi_params)
+    name = next(k for k in gpvi_params if k.startswith("auto_generator"))
+    bad = {**gpvi_params, name: jnp.zeros(gpvi_params[name].shape + (1,))}
+    with pytest.raises(ValueError, match=f"wrong shapes.*{name}"):
+        gpvi.median(bad)
+
+
 def test_options_are_fixed_after_construction(trained):
     guide, _ = trained
     with pytest.raises(AttributeError, match=r"`kernel`.*fixed at construction.*kernel=\.\.\."):
