@@ -35,8 +35,9 @@ from numpyro_dais import AutoGPVI
 NAME = "gpvi_reproduction"
 MODULE = f"benchmarks.{NAME}"
 # full mode: 3 seeds and the reference helper width, with step counts that fit 2 CPU cores
-# (the paper trains far longer, e.g. 200,000 steps on the potentials); smoke mode also fits
-# only the first potential
+# (the paper trains far longer, e.g. 200,000 steps on the potentials); smoke mode (the test
+# suite) runs each piece of code once: the 2-D density only, the likelihood-heavy timing
+# task only and the first potential only
 SETTINGS = {
     "full": dict(
         seeds=3,
@@ -61,6 +62,8 @@ SETTINGS = {
         particles=4,
         helper_hidden=8,
         timing_reps=2,
+        dims=(2,),
+        timing_tasks=1,
         potentials=1,
     ),
 }
@@ -286,6 +289,8 @@ def run_potentials(cfg, path):
 
 def fmt(values):
     values = np.asarray(values)
+    if len(values) == 0:  # a dimension that smoke mode does not run
+        return "–"
     if len(values) == 1:
         return f"{values[0]:.3f}"
     return f"{values.mean():.3f} ± {values.std():.3f}"
@@ -296,10 +301,11 @@ def main(argv=None):
     cfg = SETTINGS[args.mode]
     stopwatch = Stopwatch()
 
-    dens = {2: {m: [] for m in METHODS}, 5: {m: [] for m in METHODS}}
+    dims = cfg.get("dims", (2, 5))
+    dens = {D: {m: [] for m in METHODS} for D in (2, 5)}
     blr = {m: [] for m in METHODS}
     for seed in range(cfg["seeds"]):
-        for D in (2, 5):
+        for D in dims:
             for m, r in run_density(D, cfg, seed).items():
                 dens[D][m].append(r)
                 print(f"density {D}-D seed {seed} {m}: cov err {r[0]:.3f} ({r[1]:.1f}s)")
@@ -311,6 +317,7 @@ def main(argv=None):
         "5-D Gaussian (no data)": (density_model(target_cov(5, 0)), (), (5,)),
         "logistic regression, 20,000 × 20": (*logistic_problem(), (20,)),
     }
+    timing_tasks = dict(list(timing_tasks.items())[-cfg.get("timing_tasks", 2) :])
     times = {}
     for task, (model, data, hidden) in timing_tasks.items():
         for m in ("GPVI (helper)", "GPVI (exact)", "amortized SVGD"):
@@ -349,20 +356,25 @@ def main(argv=None):
         for task in timing_tasks
     )
     ratio = {t: times[t, "GPVI (helper)"] / times[t, "amortized SVGD"] for t in timing_tasks}
-    h5 = np.mean([r[0] for r in dens[5]["GPVI (helper)"]])
-    a5 = np.mean([r[0] for r in dens[5]["amortized SVGD"]])
+    err = {(D, m): np.mean([r[0] for r in dens[D][m]]) for D in dims for m in METHODS}
     targets = [
-        (
-            "density cov err ≤ 0.14 (GPVI helper, 2-D)",
-            np.mean([r[0] for r in dens[2]["GPVI (helper)"]]) <= 0.14,
-        ),
-        ("density cov err ≤ 0.14 (GPVI helper, 5-D)", h5 <= 0.14),
+        (f"density cov err ≤ 0.14 (GPVI helper, {D}-D)", err[D, "GPVI (helper)"] <= 0.14)
+        for D in dims
+    ]
+    targets.append(
         (
             "BLR cov err ≤ 0.128 (GPVI helper)",
             np.mean([r[1] for r in blr["GPVI (helper)"]]) <= 0.128,
-        ),
-        ("GPVI (helper) ahead of amortized SVGD on 5-D", h5 < a5),
-    ] + [
+        )
+    )
+    if 5 in dims:
+        targets.append(
+            (
+                "GPVI (helper) ahead of amortized SVGD on 5-D",
+                err[5, "GPVI (helper)"] < err[5, "amortized SVGD"],
+            )
+        )
+    targets += [
         (f"training time GPVI (helper) / amortized SVGD ≤ 1.78× ({task})", r <= 1.78)
         for task, r in ratio.items()
     ]
