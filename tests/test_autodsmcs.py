@@ -160,12 +160,14 @@ def test_diagnostics(trained):
     cov = np.eye(n) + np.ones((n, n))
     log_z = float(dist.MultivariateNormal(jnp.zeros(n), jnp.asarray(cov)).log_prob(Y))
     assert abs(float(ev.log_Z) - log_z) < 0.5
-    # the genealogy-based standard error; 4 systems of 16 particles combine to one
-    assert 0 < float(ev.se) < 1
+    # the genealogy-based standard error (calibrated in tests/engine/test_smc.py); 4 systems
+    # of 16 particles combine to one. Its variance estimate is unbiased, not positive: with
+    # ESS ≈ N after two resamplings its mean is ~1e-3 and its noise larger, so it may clip to 0
+    assert 0 <= float(ev.se) < 1
     ev4 = guide.log_evidence(
         jax.random.PRNGKey(8), result.params, Y, num_particles=64, batch_size=16
     )
-    assert 0 < float(ev4.se) < 1 and abs(float(ev4.log_Z) - log_z) < 0.5
+    assert 0 <= float(ev4.se) < 1 and abs(float(ev4.log_Z) - log_z) < 0.5
 
 
 def test_model_without_arguments():

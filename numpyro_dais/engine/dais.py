@@ -94,20 +94,38 @@ def potential(q0: gaussian.Gaussian, target: Target) -> Potential:
     return Potential(lambda z: gaussian.log_prob(q0, z), target.log_dynamics)
 
 
+class Noise(NamedTuple):
+    """The standard normal draws of one run of ``N`` particles in ``D`` dimensions."""
+
+    z0: jax.Array  # (N, D) for z_0 = loc + L ε
+    v0: jax.Array  # (N, D) for v_0 = sqrt(M) ε (HMC)
+    moves: jax.Array  # (K, N, D) for the transitions, row k for transition k
+
+
+def draw_noise(rng_key, K: int, num_particles: int, dim: int) -> Noise:
+    """All of a run's standard normal draws from one key, in one call; shared by DAIS and SMC,
+    so that an SMC run that never resamples uses exactly DAIS's random numbers.
+
+    One call, not one per use: each call of a generator adds a few hundred operations to the
+    program that XLA compiles (drawing them one by one took a quarter of the compile time of
+    an AutoDAIS training step), and the transitions' scan then holds none."""
+    eps = jax.random.normal(rng_key, (K + 2, num_particles, dim))
+    return Noise(eps[0], eps[1], eps[2:])
+
+
 def init(
-    rng_key,
+    noise: Noise,
     q0: gaussian.Gaussian,
     potential: Potential,
     params: AnnealParams,
-    num_particles: int,
     kernel: str,
     track: bool,
 ):
-    """Draw ``z_0 ~ q0`` and ``v_0 ~ N(0, M)`` for ``N`` particles; returns the batched state."""
-    key_z, key_v = jax.random.split(rng_key)
-    z0 = gaussian.sample(key_z, q0, (num_particles,))
+    """``z_0 ~ q0`` and ``v_0 ~ N(0, M)`` from ``noise`` for its ``N`` particles; returns the
+    batched state."""
+    z0 = gaussian.reparameterize(q0, noise.z0)
     if kernel == "hmc":
-        v0 = jnp.sqrt(params.mass) * jax.random.normal(key_v, z0.shape)
+        v0 = jnp.sqrt(params.mass) * noise.v0
     else:
         v0 = jnp.zeros_like(z0)
     with_grads = kernel == "langevin"
@@ -130,22 +148,8 @@ def move(
 def step(
     rng_key, state: ParticleState, step: StepParams, potential: Potential, kernel: str, track: bool
 ) -> tuple[ParticleState, TransitionInfo]:
-    """:func:`move` with the noise drawn from ``rng_key``, as :func:`transition_noise` does."""
+    """:func:`move` with standard normal noise drawn from ``rng_key``."""
     return move(jax.random.normal(rng_key, state.z.shape), state, step, potential, kernel, track)
-
-
-def step_keys(rng_key, K: int):
-    """Keys ``(init_key, (K,) transition keys)``; shared by DAIS and SMC so that an SMC run
-    that never resamples uses exactly the same random numbers as DAIS."""
-    init_key, transitions_key = jax.random.split(rng_key)
-    return init_key, jax.random.split(transitions_key, K)
-
-
-def transition_noise(keys, shape) -> jax.Array:
-    """``(K,) + shape`` standard normal draws, row ``k`` from ``keys[k]`` as :func:`step`
-    draws it: drawn before the scan over transitions, so that its body holds no random
-    number generator (on CPU a loop of its own at every transition)."""
-    return jax.vmap(lambda key: jax.random.normal(key, shape))(keys)
 
 
 def run(
@@ -168,8 +172,8 @@ def run(
     """
     check_kernel(kernel)
     pot = potential(q0, target)
-    init_key, keys = step_keys(rng_key, params.K)
-    state = init(init_key, q0, pot, params, num_particles, kernel, track_increments)
+    noise = draw_noise(rng_key, params.K, num_particles, q0.loc.shape[-1])
+    state = init(noise, q0, pot, params, kernel, track_increments)
     z0 = state.z
     log_q0_z0 = jax.vmap(pot.log_q0)(z0)
 
@@ -178,8 +182,7 @@ def run(
         return move(noise, state, step_params(params, k), pot, kernel, track_increments)
 
     ell_0 = state.log_target  # ℓ(z_0) where the kernel evaluated it (Langevin, tracking)
-    noise = transition_noise(keys, z0.shape)
-    state, infos = jax.lax.scan(body, state, (noise, jnp.arange(params.K)))
+    state, infos = jax.lax.scan(body, state, (noise.moves, jnp.arange(params.K)))
 
     # the states carry ℓ(z_k) when Langevin or tracking; HMC evaluates it at the midpoints
     exact = kernel == "langevin" or track_increments

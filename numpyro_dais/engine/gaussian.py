@@ -24,7 +24,11 @@ def is_diagonal(q0: Gaussian) -> bool:
 
 def sample(rng_key, q0: Gaussian, sample_shape=()) -> jax.Array:
     """Reparameterised draws, shape ``sample_shape + (D,)``."""
-    eps = jax.random.normal(rng_key, tuple(sample_shape) + jnp.shape(q0.loc))
+    return reparameterize(q0, jax.random.normal(rng_key, tuple(sample_shape) + jnp.shape(q0.loc)))
+
+
+def reparameterize(q0: Gaussian, eps: jax.Array) -> jax.Array:
+    """``loc + L eps``: draws of ``q0`` from standard normal ``eps (..., D)``."""
     if is_diagonal(q0):
         return q0.loc + q0.scale * eps
     return q0.loc + eps @ q0.scale.T

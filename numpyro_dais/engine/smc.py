@@ -110,21 +110,21 @@ def run(
     resampling.check_config(resampling_config)
     K, N = params.K, num_particles
     pot = dais.potential(q0, target)
-    init_key, move_keys = dais.step_keys(rng_key, K)
-    state = dais.init(init_key, q0, pot, params, N, kernel, True)
+    noise = dais.draw_noise(rng_key, K, N, q0.loc.shape[-1])
+    state = dais.init(noise, q0, pot, params, kernel, True)
     z0 = state.z
     log_W = jnp.full((N,), -jnp.log(N), z0.dtype)
     final = target.log_final
 
     def body(carry, xs):
         state, log_W, log_Z = carry
-        noise, res_keys, k = xs
+        move_noise, res_keys, k = xs
         if resampling_config.when == "never":
             ancestors, flag = jnp.arange(N, dtype=jnp.int32), jnp.zeros((), bool)
         else:
             state, log_W, ancestors, flag = _resample(res_keys, state, log_W, k, resampling_config)
         step = dais.step_params(params, k)
-        new, info = dais.move(noise, state, step, pot, kernel, True)
+        new, info = dais.move(move_noise, state, step, pot, kernel, True)
         # energy error of the move at γ_k (the tracked values make it free)
         energy = (
             log_gamma(step.beta, new.log_q0, new.log_target)
@@ -138,8 +138,7 @@ def run(
         out = (weights.ess(log_W), flag, ancestors, log_inc, num_bad)
         return (new, log_W, log_Z + s), out
 
-    noise = dais.transition_noise(move_keys, z0.shape)
-    xs = (noise, resampling_keys(rng_key, K), jnp.arange(K))
+    xs = (noise.moves, resampling_keys(rng_key, K), jnp.arange(K))
     (state, log_W, log_Z), (ess, flags, ancestors, log_incs, num_bad) = jax.lax.scan(
         body, (state, log_W, jnp.zeros((), z0.dtype)), xs
     )

@@ -82,7 +82,8 @@ def test_hmc_momentum_refresh_keeps_gaussian():
     flat = transitions.Potential(lambda z: 0.0 * jnp.sum(z), lambda z: 0.0 * jnp.sum(z))
     mass = jnp.array([1.0, 2.0, 0.5])
     params = _params(5, step=1e-6)._replace(mass=mass)
-    state = dais.init(jax.random.key(4), Q0, flat, params, 20000, "hmc", False)
+    noise = dais.draw_noise(jax.random.key(4), 5, 20000, 3)
+    state = dais.init(noise, Q0, flat, params, "hmc", False)
     for k in range(5):
         state, _ = dais.step(
             jax.random.key(10 + k), state, dais.step_params(params, k), flat, "hmc", False

@@ -169,15 +169,15 @@ def test_stop_gradient_resampling_treats_ancestors_as_constants():
 
     def with_fixed_ancestors(step_sizes):
         p = params._replace(step_sizes=step_sizes)
-        init_key, move_keys = dais.step_keys(key, K)
-        state = dais.init(init_key, Q0, potential, p, N, "hmc", True)
+        noise = dais.draw_noise(key, K, N, Q0.loc.shape[-1])
+        state = dais.init(noise, Q0, potential, p, "hmc", True)
         log_W, L = jnp.full(N, -jnp.log(N)), 0.0
         for k in range(K):
             if k > 0:
                 state = jax.tree.map(lambda x, a=fixed[k]: x[a], state)
                 log_W = jnp.full(N, -jnp.log(N))
-            state, info = dais.step(
-                move_keys[k], state, dais.step_params(p, k), potential, "hmc", True
+            state, info = dais.move(
+                noise.moves[k], state, dais.step_params(p, k), potential, "hmc", True
             )
             s = jax.scipy.special.logsumexp(log_W + info.log_increment)
             L, log_W = L + s, log_W + info.log_increment - s
