@@ -363,13 +363,14 @@ class AutoGPVI(ContinuousGuide):
         """One particle ``z*`` for the model and the log weight that makes the loss's value
         the monitor and its gradient the surrogate's."""
         N, D = self.num_particles, self.latent_dim
-        key_eps, key_prime = jax.random.split(rng_key)
+        # both sets of base draws from one call (one generator in the program, not two)
+        eps, eps_prime = jax.random.normal(rng_key, (2, N, D))
         out = gpvi.objective(
             self._generator(layers, lam),
             self._generator(*jax.lax.stop_gradient((layers, lam))),
             log_joint(self._view, args, kwargs, model_params),
-            shard_particles(jax.random.normal(key_eps, (N, D)), self.mesh),
-            shard_particles(jax.random.normal(key_prime, (N, D)), self.mesh),
+            shard_particles(eps, self.mesh),
+            shard_particles(eps_prime, self.mesh),
             lam=lam,
             algorithm=self.algorithm,
             jacobian=self._jac or "exact",

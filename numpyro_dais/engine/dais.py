@@ -102,9 +102,16 @@ class Noise(NamedTuple):
     moves: jax.Array  # (K, N, D) for the transitions, row k for transition k
 
 
+def run_keys(rng_key):
+    """``(noise_key, resampling_key)``: a run's two streams, split from its key. DAIS draws
+    its :class:`Noise` from the first; SMC also resamples with the second, so an SMC run that
+    never resamples uses exactly DAIS's random numbers."""
+    noise_key, resampling_key = jax.random.split(rng_key)
+    return noise_key, resampling_key
+
+
 def draw_noise(rng_key, K: int, num_particles: int, dim: int) -> Noise:
-    """All of a run's standard normal draws from one key, in one call; shared by DAIS and SMC,
-    so that an SMC run that never resamples uses exactly DAIS's random numbers.
+    """All of a run's standard normal draws from one key, in one call.
 
     One call, not one per use: each call of a generator adds a few hundred operations to the
     program that XLA compiles (drawing them one by one took a quarter of the compile time of
@@ -172,7 +179,8 @@ def run(
     """
     check_kernel(kernel)
     pot = potential(q0, target)
-    noise = draw_noise(rng_key, params.K, num_particles, q0.loc.shape[-1])
+    noise_key, _ = run_keys(rng_key)
+    noise = draw_noise(noise_key, params.K, num_particles, q0.loc.shape[-1])
     state = init(noise, q0, pot, params, kernel, track_increments)
     z0 = state.z
     log_q0_z0 = jax.vmap(pot.log_q0)(z0)

@@ -28,10 +28,6 @@ from numpyro_dais.engine import dais, gaussian, resampling, weights
 from numpyro_dais.engine.annealing import log_gamma
 from numpyro_dais.engine.transitions import ParticleState, check_kernel
 
-#: folded into the run's key to derive the resampling key stream (disjoint from DAIS's)
-_RESAMPLING_STREAM = 0x5EED5
-
-
 class ResamplingConfig(NamedTuple):
     """How and when an SMC system resamples (:func:`resampling.check_config` validates).
 
@@ -51,8 +47,9 @@ class ResamplingConfig(NamedTuple):
 
 
 def resampling_keys(rng_key, K: int) -> jax.Array:
-    """``(K, 2)`` keys ``(decide, ancestors)`` per transition, independent of DAIS's keys."""
-    keys = jax.random.split(jax.random.fold_in(rng_key, _RESAMPLING_STREAM), 2 * K)
+    """``(K, 2)`` keys ``(decide, ancestors)`` per transition, from the run's resampling key
+    (:func:`.dais.run_keys`)."""
+    keys = jax.random.split(rng_key, 2 * K)
     return keys.reshape((K, 2) + keys.shape[1:])
 
 
@@ -110,7 +107,8 @@ def run(
     resampling.check_config(resampling_config)
     K, N = params.K, num_particles
     pot = dais.potential(q0, target)
-    noise = dais.draw_noise(rng_key, K, N, q0.loc.shape[-1])
+    noise_key, resampling_key = dais.run_keys(rng_key)
+    noise = dais.draw_noise(noise_key, K, N, q0.loc.shape[-1])
     state = dais.init(noise, q0, pot, params, kernel, True)
     z0 = state.z
     log_W = jnp.full((N,), -jnp.log(N), z0.dtype)
@@ -138,7 +136,7 @@ def run(
         out = (weights.ess(log_W), flag, ancestors, log_inc, num_bad)
         return (new, log_W, log_Z + s), out
 
-    xs = (noise.moves, resampling_keys(rng_key, K), jnp.arange(K))
+    xs = (noise.moves, resampling_keys(resampling_key, K), jnp.arange(K))
     (state, log_W, log_Z), (ess, flags, ancestors, log_incs, num_bad) = jax.lax.scan(
         body, (state, log_W, jnp.zeros((), z0.dtype)), xs
     )

@@ -169,7 +169,7 @@ def test_stop_gradient_resampling_treats_ancestors_as_constants():
 
     def with_fixed_ancestors(step_sizes):
         p = params._replace(step_sizes=step_sizes)
-        noise = dais.draw_noise(key, K, N, Q0.loc.shape[-1])
+        noise = dais.draw_noise(dais.run_keys(key)[0], K, N, Q0.loc.shape[-1])
         state = dais.init(noise, Q0, potential, p, "hmc", True)
         log_W, L = jnp.full(N, -jnp.log(N)), 0.0
         for k in range(K):
