@@ -28,6 +28,7 @@ from numpyro_dais.engine import dais, gaussian, resampling, weights
 from numpyro_dais.engine.annealing import log_gamma
 from numpyro_dais.engine.transitions import ParticleState, check_kernel
 
+
 class ResamplingConfig(NamedTuple):
     """How and when an SMC system resamples (:func:`resampling.check_config` validates).
 
