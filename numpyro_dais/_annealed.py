@@ -494,11 +494,17 @@ class AnnealedGuide(ContinuousGuide):
         trace=False,
         mesh=None,
         sampler=None,
+        key_target=None,
     ):
         """One particle system of ``N`` on the target built for this call; with a ``mesh``,
         its particles split over the mesh's devices (:func:`shard_particles`). ``sampler``:
-        ``None`` for the guide's own (posterior draws, evidence, diagnostics)."""
-        key_target, key_run = jax.random.split(rng_key)
+        ``None`` for the guide's own (posterior draws, evidence, diagnostics).
+        ``key_target``: the key the target draws with (a mini-batch); ``None``: split from
+        ``rng_key``, else ``rng_key`` runs the sampler as it is."""
+        if key_target is None:
+            key_target, key_run = jax.random.split(rng_key)
+        else:
+            key_run = rng_key
         target = self._target.build(
             self._view, args, kwargs, params, key_target, final=final, batch=batch
         )
@@ -544,7 +550,8 @@ class AnnealedGuide(ContinuousGuide):
     def _bound(self, rng_key, q0, anneal, params, args, kwargs, batch):
         """One particle ``z*`` for the model and the log weight ``ℓ(z*) − objective`` that
         makes the ELBO equal the objective (the bound plus the symmetrised-KL term)."""
-        key_run, key_sym, key_pick = jax.random.split(rng_key, 3)
+        # one split for every key of the step (each split is a generator in the program)
+        key_target, key_run, key_sym, key_pick = jax.random.split(rng_key, 4)
         N = self.num_particles
         final = "omit" if N == 1 else "target"  # N = 1: the model's own term supplies ℓ(z_K)
         out = self._run(
@@ -559,6 +566,7 @@ class AnnealedGuide(ContinuousGuide):
             batch,
             mesh=self.mesh,
             sampler=self._train_sampler,
+            key_target=key_target,
         )
         objective = out.log_Z + self._sym_kl_term(q0, params, args, kwargs, out, key_sym)
         if self.report_divergences:  # adds 0.0: the loss keeps the check in the program
@@ -586,8 +594,7 @@ class AnnealedGuide(ContinuousGuide):
         if not self.sym_kl_weight:
             return 0.0
         fixed = jax.lax.stop_gradient(params)
-        key_target, _ = jax.random.split(rng_key)
-        dynamics = self._target.dynamics(self._view, args, kwargs, fixed, key_target)
+        dynamics = self._target.dynamics(self._view, args, kwargs, fixed, rng_key)
         located = gaussian.Gaussian(q0.loc, jax.lax.stop_gradient(q0.scale))
         z0 = q0.loc + jax.lax.stop_gradient(out.z0 - q0.loc)  # moves with the location only
         J = dais0.symmetrized_kl(
