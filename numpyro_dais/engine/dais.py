@@ -113,9 +113,8 @@ def run_keys(rng_key):
 def draw_noise(rng_key, K: int, num_particles: int, dim: int) -> Noise:
     """All of a run's standard normal draws from one key, in one call.
 
-    One call, not one per use: each call of a generator adds a few hundred operations to the
-    program that XLA compiles (drawing them one by one took a quarter of the compile time of
-    an AutoDAIS training step), and the transitions' scan then holds none."""
+    One call, not one per use: each call of a generator (a split too) adds a few hundred
+    operations to the program that XLA compiles, and the transitions' scan then holds none."""
     eps = jax.random.normal(rng_key, (K + 2, num_particles, dim))
     return Noise(eps[0], eps[1], eps[2:])
 
