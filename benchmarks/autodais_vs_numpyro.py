@@ -184,35 +184,26 @@ def gpvi_heavy_rows(num_data, repeats, steps):
     ]
 
 
-def setup_times(makers, X, y, repeats):
+def fresh_guide_times(makers, X, y, repeats):
     """Median seconds of ``svi.init`` on a fresh guide (set-up and the guide's first, eager
-    run: compilation included), the guides taking turns; one warm-up round first, so that
-    JAX's own first-use costs fall on no guide."""
-    times = {name: [] for name in makers}
+    run: compilation included) and of the first training step's compilation after it
+    (``jit(svi.update)`` traced, lowered and compiled: what a user waits for before the
+    first step), the guides taking turns; one warm-up round first, so that JAX's own
+    first-use costs fall on no guide. Returns ``(setup, first_step)``, each ``{name: s}``."""
+    times = {name: ([], []) for name in makers}
     for round_ in range(repeats + 1):
         for name, make in makers.items():
             svi = SVI(model, make(), optax.adam(1e-3), Trace_ELBO())
             start = time.perf_counter()
-            jax.block_until_ready(svi.init(jax.random.key(round_), X, y))
-            if round_:
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
-
-
-def first_step_times(makers, X, y, repeats):
-    """Median seconds to trace, lower and compile ``jit(svi.update)`` for a fresh guide, set
-    up beforehand (not timed): what a user waits for before the first training step, the
-    guides taking turns."""
-    times = {name: [] for name in makers}
-    for round_ in range(repeats + 1):
-        for name, make in makers.items():
-            svi = SVI(model, make(), optax.adam(1e-3), Trace_ELBO())
             state = jax.block_until_ready(svi.init(jax.random.key(round_), X, y))
-            start = time.perf_counter()
+            middle = time.perf_counter()
             jax.jit(svi.update).lower(state, X, y).compile()
             if round_:
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+                times[name][0].append(middle - start)
+                times[name][1].append(time.perf_counter() - middle)
+    return tuple(
+        {name: statistics.median(t[which]) for name, t in times.items()} for which in (0, 1)
+    )
 
 
 def posterior_time(guide, params, X, y, repeats, method=None):
@@ -286,8 +277,7 @@ def main():
         "gpvi": lambda: AutoGPVI(model, num_particles=16),
         "normal": lambda: AutoNormal(model),
     }
-    setup = setup_times(makers, X, y, max(1, repeats // 3))
-    first = first_step_times(makers, X, y, max(1, repeats // 3))
+    setup, first = fresh_guide_times(makers, X, y, max(1, repeats // 3))
     lines += [
         "| set-up: svi.init on a fresh guide (compilation included), breast cancer LR | "
         "ratio | times |",
