@@ -20,10 +20,10 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions import constraints
-from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffine, biject_to
+from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffine
 from numpyro.infer.initialization import init_to_uniform
 
-from numpyro_dais import _numpyro
+from numpyro_dais import _numpyro, _setup
 from numpyro_dais._autoguide import (
     ContinuousGuide,
     check_batch_size,
@@ -39,7 +39,7 @@ from numpyro_dais._autoguide import (
     report_diverged,
     shard_particles,
 )
-from numpyro_dais.engine import curvature, dais, dais0, gaussian, samplers, smc, weights
+from numpyro_dais.engine import dais, dais0, gaussian, preconditioning, samplers, smc, weights
 from numpyro_dais.engine.annealing import betas_from_increments
 from numpyro_dais.engine.transitions import KERNELS
 
@@ -76,6 +76,19 @@ class TransportReport(NamedTuple):
     """A one-paragraph verdict, with the fix when ``ok`` is ``False``."""
 
 
+class Fitted(NamedTuple):
+    """A guide's parameters, as the sampler uses them."""
+
+    q0: gaussian.Gaussian
+    """``q0`` in the sampler's coordinates (``u`` when whitened, else ``z``)."""
+    anneal: dais.AnnealParams
+    """The annealing parameters."""
+    affine: preconditioning.Affine | None
+    """The whitening ``z = m + L u``, or ``None``."""
+    model_params: dict
+    """The model's ``numpyro.param`` values and the target's own (surrogate weights)."""
+
+
 class SMCDiagnostics(NamedTuple):
     """Result of ``diagnostics``, per particle system."""
 
@@ -91,77 +104,6 @@ def preset_options(local_vars):
     """A preset's ``locals()`` without ``self``, ``model`` and ``__class__``: the options it
     hands on to :class:`AnnealedGuide` unchanged."""
     return {k: v for k, v in local_vars.items() if k not in ("self", "model", "__class__")}
-
-
-#: Largest latent dimension ``D`` for which the set-up forms the ``D × D`` Hessian that sets
-#: ``q0``'s start and the unit of its location; above it, ``q0`` starts at the initial point
-#: with ``init_scale`` and the stiffness warning below is all there is.
-MAX_DENSE_DIM = 512
-
-#: ``λ · init_scale²`` above which the set-up warns when ``q0`` has no Laplace start: the
-#: posterior's narrowest direction is more than ~30 times narrower than ``q0`` at the start.
-STIFFNESS_WARN = 1e3
-
-
-class _InUnits(constraints.Constraint):
-    """The real vectors, optimised in the unit ``unit`` ``(D,)``: the unconstrained value is
-    ``x / unit``, so an optimiser that moves it by ~its learning rate per step moves ``x_i``
-    by that many ``unit_i``."""
-
-    event_dim = 1
-
-    def __init__(self, unit):
-        self.unit = unit
-
-    def __call__(self, x):
-        return jnp.all(jnp.isfinite(x), axis=-1)
-
-    def feasible_like(self, prototype):
-        return jnp.zeros_like(prototype)
-
-    def tree_flatten(self):
-        return (self.unit,), (("unit",), dict())
-
-
-@biject_to.register(_InUnits)
-def _transform_in_units(constraint):
-    return AffineTransform(0.0, constraint.unit, domain=constraints.real_vector)
-
-
-def _concrete(x):
-    """``x`` as a NumPy array, ``None`` when the set-up is being traced (under ``jit``)."""
-    try:
-        return np.asarray(x)
-    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
-        return None
-
-
-def _warn_if_stiff(guide_name, lam, init_scale, dim):
-    """Warn at set-up when the curvature says that ``q0`` starts far wider than the posterior
-    and ``q0`` has no Laplace start (``laplace_init=False``, ``D > MAX_DENSE_DIM``, or a
-    Hessian that is not finite).
-
-    Adam moves a parameter by about the learning rate per step whatever the curvature, so in
-    raw coordinates it cannot resolve a direction of scale ``1 / sqrt(λ)`` far below it; the
-    fit then ends many posterior standard deviations off with no other sign.
-    """
-    if lam * init_scale**2 <= STIFFNESS_WARN:
-        return
-    width = 1.0 / math.sqrt(lam)
-    warnings.warn(
-        f"{guide_name}: the posterior is stiff: the curvature at the initial point is "
-        f"λ ≈ {lam:.3g}, so its narrowest direction has scale ≈ 1/sqrt(λ) = {width:.2g}, "
-        f"{init_scale / width:.0f} times narrower than q0 at the start (init_scale = "
-        f"{init_scale:g}); q0 is not set up in the posterior's own units (laplace_init=False, "
-        f"D = {dim} > {MAX_DENSE_DIM}, or a Hessian that is not finite at the initial point), "
-        "and an optimiser that moves parameters by ~its learning rate per step cannot place "
-        "q0 to that precision. Fix: standardise the covariates (the usual cause: an unscaled "
-        "predictor), leave `laplace_init=True` where D <= 512, or pass "
-        f"`init_scale={width:.2g}` and a learning rate that decays below {width / 10:.1g} "
-        "(e.g. optax.exponential_decay); check the fit with `transport_check`.",
-        UserWarning,
-        stacklevel=2,
-    )
 
 
 class AnnealedGuide(ContinuousGuide):
@@ -249,7 +191,7 @@ class AnnealedGuide(ContinuousGuide):
         self.report_divergences = report_divergences
         self.curvature = None  # λ behind the default step sizes, measured at set-up
         self._step_bounds = None  # (eta_init, eta_max) in use, fixed at set-up
-        self._q0_start = None  # (loc, scale_tril, unit of loc) of q0 from the set-up curvature
+        self._affine_start = None  # the Laplace whitening z = m + L u found at set-up
         self._target = target
         super().__init__(
             model,
@@ -274,7 +216,7 @@ class AnnealedGuide(ContinuousGuide):
         (``None``: the same) the full-data term of the weight. For inspection and tests;
         ``z`` is flat and unconstrained, as in ``get_posterior``.
         """
-        model_params = self._params_from(params)[2]
+        model_params = self._params_from(params).model_params
         if not args and not kwargs and not self._target.dynamics_need_data:
             args, kwargs = self._setup_args
         key = jax.random.key(0) if rng_key is None else rng_key
@@ -287,36 +229,12 @@ class AnnealedGuide(ContinuousGuide):
         self._target.setup(self._view, self.prototype_trace, args, kwargs, self.prefix)
 
     def _set_up_from_curvature(self, args, kwargs, params):
-        """Fix ``q0``'s start and ``(eta_init, eta_max)`` at set-up, from the curvature at
-        the initial point (step sizes only where not given)."""
+        """Fix the whitening and ``(eta_init, eta_max)`` at set-up (:mod:`numpyro_dais._setup`),
+        once."""
         if self._step_bounds is not None:
             return
-        key = jax.random.key(0)  # a fixed start: the set-up is deterministic
-        init = _numpyro.init_latent(self)
-        laplace = self.laplace_init and init.shape[0] <= MAX_DENSE_DIM
-        measured = self._measure_curvature(args, kwargs, params, init, laplace, key)
-        if laplace:
-            self._q0_start = self._laplace_start(measured)
-        eta_init, eta_max = self.eta_init, self.eta_max
-        if eta_max is None:
-            if laplace:  # the Hessian at the mode is formed: its exact λ_max
-                hessian = _concrete(measured["mode_hessian"])
-                lam = None if hessian is None else curvature.max_eigenvalue_dense(hessian)
-            else:
-                lam = _concrete(measured["lam"])
-            # not finite, or set up under jit: fall back to the q0 curvature
-            lam = float(lam) if lam is not None and np.isfinite(lam) else 0.0
-            self.curvature = max(lam, 1.0 / self.init_scale**2)
-            if self._q0_start is None:
-                _warn_if_stiff(type(self).__name__, lam, self.init_scale, init.shape[0])
-            eta_max = (
-                1.0 / math.sqrt(self.curvature) if self.kernel == "hmc" else 1.0 / self.curvature
-            )
-            if eta_init is not None and eta_init >= eta_max:
-                eta_max = 10.0 * eta_init
-        if eta_init is None:
-            eta_init = eta_max / 10.0
-        self._step_bounds = (float(eta_init), float(eta_max))
+        setup = _setup.set_up(self, args, kwargs, params)
+        self._affine_start, self._step_bounds, self.curvature = setup[:3]
 
     def _on_dynamics(self, fn, args, kwargs, params, key, *operands):
         """``fn(dynamics, start, *operands)`` for the dynamics' log density on this call's
@@ -330,55 +248,6 @@ class AnnealedGuide(ContinuousGuide):
             return fn(dynamics, target.start(view, args, kwargs, params, key), *operands)
 
         return jit_by_leaves(call)(args, kwargs, params, operands)
-
-    def _measure_curvature(self, args, kwargs, params, init, laplace, key):
-        """The set-up's curvature in one program: for the Laplace start, ``{"mode": the
-        mode of the start density that Newton ascent from init reaches, "mode_hessian":
-        the dynamics' −∇²ℓ there (which also gives λ_max), "origin_hessian": the same at
-        the origin}``; else ``{"lam": λ_max at init}`` by power iteration (when the step
-        sizes are derived)."""
-
-        def measure(dynamics, start, init):
-            out = {}
-            if self.eta_max is None and not laplace:
-                out["lam"] = curvature.max_eigenvalue(key, dynamics, init)
-            if laplace:
-                out["mode"], out["mode_hessian"] = curvature.newton_mode(
-                    start, init, self.init_scale, curvature_density=dynamics
-                )
-                out["origin_hessian"] = curvature.neg_hessian(dynamics, jnp.zeros_like(init))
-            return out
-
-        return self._on_dynamics(measure, args, kwargs, params, key, init)
-
-    def _laplace_start(self, measured):
-        """``(loc, scale_tril, unit)`` of ``q0`` at the start, or ``None`` (under ``jit``, or
-        a curvature that is not finite): the mode that regularised Newton ascent from the
-        initial point reaches (:func:`~numpyro_dais.engine.curvature.newton_mode`) and the
-        covariance there, ``Σ = (H₊ + I / init_scale²)⁻¹``
-        (:func:`~numpyro_dais.engine.curvature.regularised_covariance`, ``init_scale² I`` where
-        the data say nothing), give ``q0``'s location and scale; the marginal stds of the same
-        covariance at the unconstrained origin, divided by ``init_scale`` (so at most 1), are
-        the unit in which the location is optimised. So Adam moves each coordinate of ``q0``
-        by ~its learning rate in units of that coordinate's posterior width, stiff or not (a
-        full ``chol(Σ)`` unit fitted the stiff probes as well but slowed the location on
-        collinear data: breast cancer's q0 mean MAE 0.113 against 0.051). In such small units
-        a start far from the mode would take thousands of steps to cross, hence Newton
-        iterated to the mode, not one step (full-data AutoDAIS, K = 2, on a synthetic
-        logistic regression with 5·10⁴ rows: a mean loss of 44,801 over steps 500-550 from
-        one step's start, 27,636 from the mode). The unit is measured at the origin, not at
-        the initial point that ``init_to_uniform`` draws with the set-up key, so a saved
-        ``SVIState`` resumes exactly under any set-up key."""
-        mode, hessian, hessian_origin = (
-            _concrete(measured[k]) for k in ("mode", "mode_hessian", "origin_hessian")
-        )
-        if hessian is None or not all(np.all(np.isfinite(h)) for h in (hessian, hessian_origin)):
-            return None
-        cov, cov_origin = (
-            curvature.regularised_covariance(h, self.init_scale) for h in (hessian, hessian_origin)
-        )
-        unit = np.sqrt(np.diag(cov_origin)) / self.init_scale
-        return np.asarray(mode), np.linalg.cholesky(cov), unit
 
     def _step_info(self):
         """What the step sizes are and how to fix them, for divergence warnings."""
@@ -400,24 +269,40 @@ class AnnealedGuide(ContinuousGuide):
     # -- parameters -------------------------------------------------------------------------
 
     def _q0(self) -> gaussian.Gaussian:
+        """``q0`` in the coordinates the sampler runs in: ``u`` (whitened, starting at
+        ``N(0, I)``, the Laplace approximation) or, without a Laplace start, ``z`` (starting
+        at the initial point with ``init_scale``)."""
         p, D = self.prefix, self.latent_dim
-        if self._q0_start is None:
-            loc = numpyro.param(f"{p}_z_0_loc", _numpyro.init_latent(self))
-            scale_tril = jnp.eye(D) * self.init_scale
-        else:  # the Laplace start, the location in the posterior's own units
-            dtype = jnp.result_type(float)
-            loc, scale_tril, unit = (jnp.asarray(a, dtype) for a in self._q0_start)
-            loc = numpyro.param(f"{p}_z_0_loc", loc, constraint=_InUnits(unit))
+        if self._affine_start is None:
+            loc, scale = _numpyro.init_latent(self), self.init_scale
+        else:
+            loc, scale = jnp.zeros(D), 1.0
+        loc = numpyro.param(f"{p}_z_0_loc", loc)
         if self.base_dist == "diagonal":
-            marginal_stds = jnp.sqrt(jnp.sum(scale_tril**2, axis=-1))
-            scale = numpyro.param(f"{p}_z_0_scale", marginal_stds, constraint=constraints.positive)
+            scale = numpyro.param(
+                f"{p}_z_0_scale", jnp.full(D, scale), constraint=constraints.positive
+            )
         else:
             scale = numpyro.param(
                 f"{p}_z_0_scale_tril",
-                scale_tril,
+                scale * jnp.eye(D),
                 constraint=constraints.scaled_unit_lower_cholesky,
             )
         return gaussian.Gaussian(loc, scale)
+
+    def _preconditioner(self) -> preconditioning.Affine | None:
+        """The whitening ``z = m + L u`` fixed at set-up, as parameter sites
+        ``{prefix}_preconditioner_loc`` ``(D,)`` and ``{prefix}_preconditioner_scale_tril``
+        ``(D, D)`` that training never moves (their gradient is stopped: zero), so that
+        ``params`` alone define the trained guide and a saved state resumes exactly."""
+        if self._affine_start is None:
+            return None
+        p, dtype = self.prefix, jnp.result_type(float)
+        loc, scale_tril = (jnp.asarray(a, dtype) for a in self._affine_start)
+        return preconditioning.Affine(
+            jax.lax.stop_gradient(numpyro.param(f"{p}_preconditioner_loc", loc)),
+            jax.lax.stop_gradient(numpyro.param(f"{p}_preconditioner_scale_tril", scale_tril)),
+        )
 
     def _anneal_params(self) -> dais.AnnealParams:
         p, D, K = self.prefix, self.latent_dim, self.K
@@ -442,7 +327,7 @@ class AnnealedGuide(ContinuousGuide):
         return dais.AnnealParams(betas_from_increments(increments), step_sizes, mass, gamma)
 
     def _guide_params(self):
-        return self._q0(), self._anneal_params()
+        return self._q0(), self._anneal_params(), self._preconditioner()
 
     def _model_params(self):
         """The model's current parameters and the target's own (e.g. surrogate weights)."""
@@ -456,11 +341,11 @@ class AnnealedGuide(ContinuousGuide):
         own = {k: jnp.asarray(params[k]) for k in self._target.param_sites() if k in params}
         return {**super()._model_params_from(params), **own}
 
-    def _params_from(self, params):
-        """``(q0, anneal, model_params)`` from an SVI ``params`` dict, checked first."""
+    def _params_from(self, params) -> Fitted:
+        """The :class:`Fitted` parameters in an SVI ``params`` dict, checked first."""
         self._check_params(params, lambda: (self._guide_params(), self._model_params()))
-        q0, anneal = self._substituted(self._guide_params, params)
-        return q0, anneal, self._model_params_from(params)
+        q0, anneal, affine = self._substituted(self._guide_params, params)
+        return Fitted(q0, anneal, affine, self._model_params_from(params))
 
     # -- the sampler on a target -----------------------------------------------------------------
 
@@ -483,9 +368,7 @@ class AnnealedGuide(ContinuousGuide):
     def _run(
         self,
         rng_key,
-        q0,
-        anneal,
-        params,
+        fitted: Fitted,
         args,
         kwargs,
         N,
@@ -496,7 +379,9 @@ class AnnealedGuide(ContinuousGuide):
         sampler=None,
         key_target=None,
     ):
-        """One particle system of ``N`` on the target built for this call; with a ``mesh``,
+        """One particle system of ``N`` on the target built for this call, run in the
+        whitened coordinates and returned in ``z`` (particles, and the final term without
+        ``log |det L|``; weights are the same in both); with a ``mesh``,
         its particles split over the mesh's devices (:func:`shard_particles`). ``sampler``:
         ``None`` for the guide's own (posterior draws, evidence, diagnostics).
         ``key_target``: the key the target draws with (a mini-batch); ``None``: split from
@@ -505,10 +390,19 @@ class AnnealedGuide(ContinuousGuide):
             key_target, key_run = jax.random.split(rng_key)
         else:
             key_run = rng_key
+        q0, anneal, affine, params = fitted
         target = self._target.build(
             self._view, args, kwargs, params, key_target, final=final, batch=batch
         )
+        if affine is not None:
+            target = preconditioning.whiten(target, affine)
         out = samplers.run(sampler or self._sampler, key_run, q0, target, anneal, N, trace=trace)
+        if affine is not None:
+            out = out._replace(
+                z0=preconditioning.to_z(affine, out.z0),
+                z=preconditioning.to_z(affine, out.z),
+                log_final_target=out.log_final_target - preconditioning.log_abs_det(affine),
+            )
         if mesh is None:
             return out
         particles = ("z0", "z", "log_weights", "log_final_target")
@@ -521,14 +415,16 @@ class AnnealedGuide(ContinuousGuide):
         rng_key = numpyro.prng_key()
         params = self._model_params()
         self._set_up_from_curvature(args, kwargs, params)
-        q0, anneal = self._guide_params()
+        q0, anneal, affine = self._guide_params()
         if not _numpyro.in_loss():
             # e.g. Predictive: draw as sample_posterior does
             method = self.posterior_method
             if method != "q0":
                 args, kwargs = self._data(args, kwargs, method)
-            return self._draw(rng_key, q0, anneal, params, args, kwargs, method, 1)[0]
+            fitted = Fitted(q0, anneal, affine, params)
+            return self._draw(rng_key, fitted, args, kwargs, method, 1)[0]
         q0, anneal, params = self._bound_safe((q0, anneal, params))
+        fitted = Fitted(q0, anneal, affine, params)
         # Open the subsample plates of the model that the loss runs, drawn in O(B) (numpyro
         # effects: not in `_bound`); the ELBO replays them into the model. With N > 1 the
         # bound's final term uses the batch too; with one particle the model's own term is
@@ -541,13 +437,13 @@ class AnnealedGuide(ContinuousGuide):
             batch = opened if self.num_particles > 1 else None
         if _numpyro.in_svi_init():  # only params and a latent value are kept: a q0 draw
             _numpyro.emit_log_weight(f"{self.prefix}_log_weight", jnp.zeros(()))
-            return gaussian.sample(rng_key, q0, ())
+            return self._draw(rng_key, fitted, args, kwargs, "q0", 1)[0]
         bound = self._one_program_when_eager(self._bound, rng_key)
-        z, log_weight = bound(rng_key, q0, anneal, params, args, kwargs, batch)
+        z, log_weight = bound(rng_key, fitted, args, kwargs, batch)
         _numpyro.emit_log_weight(f"{self.prefix}_log_weight", log_weight)
         return z
 
-    def _bound(self, rng_key, q0, anneal, params, args, kwargs, batch):
+    def _bound(self, rng_key, fitted, args, kwargs, batch):
         """One particle ``z*`` for the model and the log weight ``ℓ(z*) − objective`` that
         makes the ELBO equal the objective (the bound plus the symmetrised-KL term)."""
         # one split for every key of the step (each split is a generator in the program)
@@ -556,9 +452,7 @@ class AnnealedGuide(ContinuousGuide):
         final = "omit" if N == 1 else "target"  # N = 1: the model's own term supplies ℓ(z_K)
         out = self._run(
             key_run,
-            q0,
-            anneal,
-            params,
+            fitted,
             args,
             kwargs,
             N,
@@ -568,7 +462,7 @@ class AnnealedGuide(ContinuousGuide):
             sampler=self._train_sampler,
             key_target=key_target,
         )
-        objective = out.log_Z + self._sym_kl_term(q0, params, args, kwargs, out, key_sym)
+        objective = out.log_Z + self._sym_kl_term(fitted, args, kwargs, out, key_sym)
         if self.report_divergences:  # adds 0.0: the loss keeps the check in the program
             name, info = type(self).__name__, self._step_info()
             objective += report_diverged(name, out.num_diverged, N, info)
@@ -581,7 +475,7 @@ class AnnealedGuide(ContinuousGuide):
             idx = jax.random.categorical(key_pick, jax.lax.stop_gradient(out.log_weights))
         return out.z[idx], out.log_final_target[idx] - objective
 
-    def _sym_kl_term(self, q0, params, args, kwargs, out, rng_key):
+    def _sym_kl_term(self, fitted, args, kwargs, out, rng_key):
         """``−(w / K) · Ĵ`` with value 0: only its gradient in ``q0``'s location counts.
 
         ``Ĵ`` estimates ``KL(q0 ‖ p) + KL(p ‖ q0)`` (:func:`engine.dais0.symmetrized_kl`).
@@ -593,10 +487,12 @@ class AnnealedGuide(ContinuousGuide):
         """
         if not self.sym_kl_weight:
             return 0.0
-        fixed = jax.lax.stop_gradient(params)
+        q0 = fitted.q0
+        fixed = jax.lax.stop_gradient(fitted.model_params)
         dynamics = self._target.dynamics(self._view, args, kwargs, fixed, rng_key)
-        located = gaussian.Gaussian(q0.loc, jax.lax.stop_gradient(q0.scale))
-        z0 = q0.loc + jax.lax.stop_gradient(out.z0 - q0.loc)  # moves with the location only
+        # in z, where `out` is (the symmetrised KL is invariant under the whitening)
+        located = self._in_z(fitted.affine, q0._replace(scale=jax.lax.stop_gradient(q0.scale)))
+        z0 = located.loc + jax.lax.stop_gradient(out.z0 - located.loc)  # moves with the loc
         J = dais0.symmetrized_kl(
             lambda z: gaussian.log_prob(located, z), dynamics, z0, out.z, out.log_weights
         )
@@ -604,30 +500,25 @@ class AnnealedGuide(ContinuousGuide):
 
     # -- posterior access -----------------------------------------------------------------------
 
-    def _draw(
-        self,
-        rng_key,
-        q0,
-        anneal,
-        params,
-        args,
-        kwargs,
-        method,
-        num_draws,
-        batch_size=None,
-        mesh=None,
-    ):
+    @staticmethod
+    def _in_z(affine, q0) -> gaussian.Gaussian:
+        """``q0`` of the sampler's coordinates as a Gaussian of ``z``."""
+        return q0 if affine is None else preconditioning.push(affine, q0)
+
+    def _draw(self, rng_key, fitted, args, kwargs, method, num_draws, batch_size=None, mesh=None):
         """``num_draws`` flat unconstrained draws ``(S, D)`` by ``method``; with a ``mesh``,
         the draws' axis is split over it."""
         if method == "q0":
-            return shard_particles(gaussian.sample(rng_key, q0, (num_draws,)), mesh)
+            u = gaussian.sample(rng_key, fitted.q0, (num_draws,))
+            z = u if fitted.affine is None else preconditioning.to_z(fitted.affine, u)
+            return shard_particles(z, mesh)
         if method == "dais":
-            run = lambda k, n: self._run(k, q0, anneal, params, args, kwargs, n, "omit").z
+            run = lambda k, n: self._run(k, fitted, args, kwargs, n, "omit").z
             return map_chunks(run, rng_key, num_draws, batch_size, mesh)
 
         def importance(key):
             key_run, key_pick = jax.random.split(key)
-            out = self._run(key_run, q0, anneal, params, args, kwargs, self.num_particles, "target")
+            out = self._run(key_run, fitted, args, kwargs, self.num_particles, "target")
             return out.z[jax.random.categorical(key_pick, out.log_weights)]
 
         return map_batched(importance, jax.random.split(rng_key, num_draws), batch_size, mesh)
@@ -664,12 +555,12 @@ class AnnealedGuide(ContinuousGuide):
         mesh = check_mesh(
             type(self).__name__, mesh, self._num_draws(sample_shape), batch_size, "draws"
         )
-        q0, anneal, model_params = self._params_from(params)
+        fitted = self._params_from(params)
         if method != "q0":
             args, kwargs = self._data(args, kwargs, method)
         return self._compiled(self._sample_posterior)(
             rng_key,
-            (q0, anneal, model_params),
+            fitted,
             params,
             args,
             kwargs,
@@ -680,13 +571,10 @@ class AnnealedGuide(ContinuousGuide):
         )
 
     def _sample_posterior(
-        self, rng_key, state, params, args, kwargs, sample_shape, method, batch_size, mesh=None
+        self, rng_key, fitted, params, args, kwargs, sample_shape, method, batch_size, mesh=None
     ):
-        q0, anneal, model_params = state
         n = self._num_draws(sample_shape)
-        latents = self._draw(
-            rng_key, q0, anneal, model_params, args, kwargs, method, n, batch_size, mesh
-        )
+        latents = self._draw(rng_key, fitted, args, kwargs, method, n, batch_size, mesh)
         return self._reshape_draws(
             self._constrain(latents, params, args, kwargs, batch_size), sample_shape
         )
@@ -721,9 +609,8 @@ class AnnealedGuide(ContinuousGuide):
             rng_key, state, args, kwargs, num_particles, batch_size, mesh
         )
 
-    def _log_evidence(self, rng_key, state, args, kwargs, num_particles, batch_size, mesh=None):
-        q0, anneal, params = state
-        run = lambda k, n: self._run(k, q0, anneal, params, args, kwargs, n, "target").log_weights
+    def _log_evidence(self, rng_key, fitted, args, kwargs, num_particles, batch_size, mesh=None):
+        run = lambda k, n: self._run(k, fitted, args, kwargs, n, "target").log_weights
         if self._sampler.resampling is None:  # i.i.d. weights: pool every chunk
             log_w = map_chunks(run, rng_key, num_particles, batch_size, mesh)
             se = weights.log_mean_exp_se(log_w)
@@ -731,7 +618,7 @@ class AnnealedGuide(ContinuousGuide):
             size = num_particles if batch_size is None else min(batch_size, num_particles)
 
             def system(key):
-                out = self._run(key, q0, anneal, params, args, kwargs, size, "target")
+                out = self._run(key, fitted, args, kwargs, size, "target")
                 return shard_particles(out.log_weights, mesh), out.log_Z, smc.log_Z_se(out)
 
             keys = jax.random.split(rng_key, math.ceil(num_particles / size))
@@ -747,18 +634,16 @@ class AnnealedGuide(ContinuousGuide):
         :param num_systems: ``None`` for one system (shapes ``(K,)``, ``(K,)``, ``()``), or
             an int ``S`` for ``S`` independent systems (a leading ``(S,)`` axis).
         """
-        q0, anneal, model_params = self._params_from(params)
+        fitted = self._params_from(params)
         args, kwargs = self._data(args, kwargs, "importance")
         if num_systems is not None:
             num_systems = check_positive_int("num_systems", num_systems)
         diagnose = self._compiled(self._diagnostics)
-        return diagnose(rng_key, q0, anneal, model_params, args, kwargs, num_systems)
+        return diagnose(rng_key, fitted, args, kwargs, num_systems)
 
-    def _diagnostics(self, rng_key, q0, anneal, params, args, kwargs, num_systems):
+    def _diagnostics(self, rng_key, fitted, args, kwargs, num_systems):
         def one(key):
-            out = self._run(
-                key, q0, anneal, params, args, kwargs, self.num_particles, "target", trace=True
-            )
+            out = self._run(key, fitted, args, kwargs, self.num_particles, "target", trace=True)
             return SMCDiagnostics(out.trace.ess, out.trace.resampled, out.log_Z)
 
         if num_systems is None:
@@ -801,20 +686,18 @@ class AnnealedGuide(ContinuousGuide):
         raises a ``UserWarning`` carrying the fix.
         """
         num_samples = check_positive_int("num_samples", num_samples, minimum=2)
-        q0, anneal, model_params = self._params_from(params)
+        fitted = self._params_from(params)
         args, kwargs = self._data(args, kwargs, "importance")
         end = self._compiled(self._draw)(
             rng_key,
-            q0,
-            anneal,
-            model_params,
+            fitted,
             args,
             kwargs,
             "importance",
             num_samples,
             check_batch_size(batch_size),
         )
-        check = dais0.transport_check(q0, end)
+        check = dais0.transport_check(self._in_z(fitted.affine, fitted.q0), end)
         shift, ratio = np.asarray(check.mean_shift), np.exp(np.asarray(check.log_std_ratio))
         names = self._coordinate_names()
         bad_mean = np.abs(shift) > mean_tol
@@ -859,23 +742,29 @@ class AnnealedGuide(ContinuousGuide):
         self._check_set_up()
         return dist.Normal(jnp.zeros(self.latent_dim), 1.0).to_event(1)
 
+    def _q0_of_z(self, params) -> gaussian.Gaussian:
+        """The trained ``q0`` as a Gaussian of the flat unconstrained ``z``."""
+        fitted = self._params_from(params)
+        return self._in_z(fitted.affine, fitted.q0)
+
     def get_transform(self, params):
         """The affine map from :meth:`get_base_dist` to ``q0`` (unconstrained space)."""
-        q0 = self._params_from(params)[0]
+        q0 = self._q0_of_z(params)
         if gaussian.is_diagonal(q0):
             return AffineTransform(q0.loc, q0.scale, domain=constraints.real_vector)
         return LowerCholeskyAffine(q0.loc, q0.scale)
 
     def get_posterior(self, params):
-        """``q0`` in the unconstrained space, as a NumPyro distribution."""
-        q0 = self._params_from(params)[0]
+        """``q0`` in the unconstrained space, as a NumPyro distribution (a full-rank
+        ``MultivariateNormal`` when whitened: a diagonal ``q0`` of ``u`` is one of ``z``)."""
+        q0 = self._q0_of_z(params)
         if gaussian.is_diagonal(q0):
             return dist.Normal(q0.loc, q0.scale).to_event(1)
         return dist.MultivariateNormal(q0.loc, scale_tril=q0.scale)
 
     def median(self, params):
         """Posterior median from ``q0`` (its mean, constrained), as a dict of site values."""
-        return self._transform(self._params_from(params)[0].loc)
+        return self._transform(self._q0_of_z(params).loc)
 
     def quantiles(self, params, quantiles):
         """Posterior quantiles from ``q0`` (marginal normal quantiles, constrained).
@@ -889,7 +778,7 @@ class AnnealedGuide(ContinuousGuide):
                 f"`quantiles` must lie strictly inside (0, 1), got {quantiles!r}; q0 is a "
                 "Gaussian, whose 0 and 1 quantiles are infinite."
             )
-        q0 = self._params_from(params)[0]
+        q0 = self._q0_of_z(params)
         normal_q = dist.Normal(0.0, 1.0).icdf(jnp.asarray(q))
         return self._transform(q0.loc + normal_q[..., None] * gaussian.marginal_std(q0))
 

@@ -49,7 +49,7 @@ def transition_params(guide, params) -> TransitionParams:
             "an AutoDAIS, AutoDSMCS, AutoSurrogateLikelihoodDAIS or "
             "AutoSurrogateLikelihoodDSMCS guide."
         )
-    _, anneal, _ = guide._params_from(params)
+    anneal = guide._params_from(params).anneal
     return TransitionParams(
         betas=np.asarray(anneal.betas),
         step_sizes=np.asarray(anneal.step_sizes),

@@ -8,14 +8,16 @@ is formed anyway (the Laplace start), :func:`max_eigenvalue_dense` reads it off 
 
 A posterior far narrower than ``q0`` along a coordinate (an unscaled covariate) also defeats
 the optimiser, which moves a parameter by about its learning rate per step:
-:func:`regularised_covariance` turns the Hessian into a Laplace covariance, the unit in
-which ``q0``'s location is optimised, and :func:`newton_mode` starts it at a mode.
+the guides therefore start ``q0`` at the Laplace approximation around the mode that
+:func:`find_mode` reaches, and work in the coordinates it whitens
+(:mod:`.preconditioning`).
 
 Reference: Leimkuhler & Reich (2004), "Simulating Hamiltonian Dynamics", ch. 2 (stability
 of the Störmer-Verlet method).
 """
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -23,8 +25,15 @@ import numpy as np
 
 
 def hvp(log_density: Callable, z: jax.Array, v: jax.Array) -> jax.Array:
-    """``∇²ℓ(z) v`` for ``z, v`` of shape ``(D,)``."""
-    return jax.jvp(jax.grad(log_density), (z,), (v,))[1]
+    """``∇²ℓ(z) v`` for ``z, v`` of shape ``(D,)``: forward-over-reverse, or reverse-over-reverse
+    where ``ℓ`` calls a ``jax.custom_vjp`` function (e.g. ``jax.experimental.ode.odeint``),
+    which has no forward-mode rule (the choice is made while tracing, once)."""
+    try:
+        return jax.jvp(jax.grad(log_density), (z,), (v,))[1]
+    except TypeError as err:
+        if "custom_vjp" not in str(err):
+            raise
+        return jax.grad(lambda x: jnp.vdot(jax.grad(log_density)(x), v))(z)
 
 
 def _power_iteration(rng_key, matvec, z, num_iters):
@@ -78,73 +87,94 @@ def neg_hessian(log_density: Callable, z: jax.Array, batch_size: int = 32) -> ja
     )
 
 
-def regularised_covariance(neg_hess: np.ndarray, scale: float) -> np.ndarray:
-    """``Σ = (H₊ + I / scale²)⁻¹``, shape ``(D, D)``, float64 on the host: the Laplace
-    covariance of the posterior at a point with ``−∇²ℓ = H``, its negative eigenvalues
-    (``ℓ`` convex there, e.g. between modes) set to 0 and regularised by a Gaussian of
-    standard deviation ``scale``; ``scale² I`` where ``H`` is 0, ``H⁻¹`` where it dominates."""
-    vectors, precision = _regularised_eigh(np.asarray(neg_hess, np.float64), scale, np)
-    return (vectors / precision) @ vectors.T
+class Mode(NamedTuple):
+    """Result of :func:`find_mode`."""
+
+    z: jax.Array
+    """``(D,)`` the point reached."""
+    neg_hessian: jax.Array
+    """``(D, D)`` the potential's Hessian ``−∇²ℓ`` there (of ``curvature_density``)."""
+    decrement: jax.Array
+    """``()`` the Newton decrement ``gᵀ|H|⁻¹g / 2`` there: the rise (nats) that the local
+    quadratic model still predicts; about ``d² / 2`` for a point ``d`` posterior standard
+    deviations (in the Hessian's metric) from the mode of a Gaussian."""
+    num_iters: jax.Array
+    """``()`` iterations taken."""
+    converged: jax.Array
+    """``()`` bool: ``decrement ≤ tol`` at a maximum (no negative curvature of ``ℓ``)."""
 
 
-def _regularised_eigh(neg_hess, scale: float, xp):
-    """Eigenvectors ``(D, D)`` and eigenvalues ``(D,)`` of the regularised precision
-    ``H₊ + I / scale²``, with ``xp`` = NumPy (host, float64) or ``jax.numpy`` (traced)."""
-    eigenvalues, vectors = xp.linalg.eigh((neg_hess + neg_hess.T) / 2)
-    return vectors, xp.maximum(eigenvalues, 0.0) + 1.0 / scale**2
+#: damping of each candidate step of :func:`find_mode`, relative to the largest curvature
+DAMPINGS = (1e-12, 1e-9, 1e-6, 1e-4, 1e-2, 1.0, 1e2, 1e4)
 
 
-def newton_mode(
+def find_mode(
     log_density: Callable,
     z: jax.Array,
-    scale: float,
-    max_iters: int = 20,
-    max_halvings: int = 10,
-    tol: float = 1e-2,
+    max_iters: int = 100,
+    tol: float = 1e-4,
     curvature_density: Callable | None = None,
-) -> tuple[jax.Array, jax.Array]:
-    """Regularised Newton ascent from ``z`` (D,) towards a mode of ``ℓ``: ``(z*, −∇²ℓ(z*))``,
-    shapes ``(D,)`` and ``(D, D)``.
+) -> Mode:
+    """Damped saddle-free Newton ascent from ``z (D,)`` to a mode of ``ℓ``.
 
-    Each iteration forms the Hessian at the current point, takes the step ``t·Σ∇ℓ`` with
-    ``Σ = (H₊ + I / scale²)⁻¹`` (:func:`regularised_covariance`: a Levenberg-Marquardt
-    damping that also bounds the step where ``ℓ`` is flat or convex) and the largest
-    ``t ∈ {1, 1/2, …, 2^-max_halvings}`` that raises ``ℓ``. It stops when the Newton
-    decrement ``∇ℓᵀΣ∇ℓ / 2`` (the rise the quadratic model predicts) is below ``tol`` nats,
-    when no step raises ``ℓ`` (or ``ℓ`` or the step is not finite), or after
-    ``max_iters`` iterations. One step is not enough far from the mode: where a logistic
-    likelihood saturates, the Hessian there is far smaller than at the mode.
+    Each iteration forms the Hessian ``H = −∇²ℓ`` (``D`` Hessian-vector products) and tries
+    the steps ``s_j = (|H| + μ_j λ_max I)⁻¹ ∇ℓ`` for all the dampings ``μ_j`` of
+    :data:`DAMPINGS` at once (a Levenberg-Marquardt trust region: small ``μ`` is Newton's
+    step, large ``μ`` a short gradient step), and takes the least damped one whose rise is
+    at least a tenth of what its quadratic model predicts. ``|H|``, the Hessian with its
+    eigenvalues replaced by their magnitudes, climbs out of saddles and convex regions
+    instead of being drawn to them. Newton's step is invariant to linear changes of
+    coordinates, so an uncentred or badly scaled covariate (curvatures spread over many
+    orders of magnitude) costs no more iterations than a standardised one, where a
+    first-order method crawls along the narrow ridge. It stops when the Newton decrement
+    falls to ``tol`` nats, when no step rises, or after ``max_iters`` iterations.
 
     ``curvature_density``: the Hessians (and the one returned) are of this density instead
-    (quasi-Newton: e.g. a cheap surrogate of ``ℓ`` with the same curvature); the mode is
-    ``ℓ``'s either way.
-    """
+    (quasi-Newton: a cheap surrogate of ``ℓ`` with the same curvature); the mode is ``ℓ``'s.
 
-    def solve(neg_hess, g):  # Σ∇ℓ, Σ as in regularised_covariance
-        vectors, precision = _regularised_eigh(neg_hess, scale, jnp)
-        return vectors @ ((vectors.T @ g) / precision)
+    References: Nocedal & Wright (2006), "Numerical Optimization", ch. 4 (trust regions);
+    Dauphin et al. (2014), "Identifying and attacking the saddle point problem" (``|H|``).
+    """
+    curvature_density = curvature_density or log_density
+    dampings = jnp.asarray(DAMPINGS, z.dtype)
 
     def linearise(z):
         value, g = jax.value_and_grad(log_density)(z)
-        neg_hess = neg_hessian(curvature_density or log_density, z)
-        step = solve(neg_hess, g)
-        return value, neg_hess, step, 0.5 * jnp.vdot(g, step)
+        neg_hess = neg_hessian(curvature_density, z)
+        eigenvalues, vectors = jnp.linalg.eigh((neg_hess + neg_hess.T) / 2)
+        return value, g, neg_hess, jnp.abs(eigenvalues), vectors
 
-    ts = 0.5 ** jnp.arange(max_halvings + 1, dtype=z.dtype)
+    def decrement_of(g, magnitudes, vectors):
+        c = vectors.T @ g
+        floor = DAMPINGS[0] * jnp.max(magnitudes) + jnp.finfo(z.dtype).tiny
+        return 0.5 * jnp.sum(c**2 / (magnitudes + floor))
 
-    def body(carry):  # one linearisation per iteration, so the Hessian is compiled once
-        i, z, _, _ = carry
-        value, neg_hess, step, decrement = linearise(z)
-        candidates = z + ts[:, None] * step
-        values = jax.vmap(log_density)(candidates)
-        better = jnp.isfinite(values) & (values > value) & jnp.all(jnp.isfinite(step))
-        moves = jnp.any(better) & (decrement > tol)
-        z = jnp.where(moves, candidates[jnp.argmax(better)], z)
-        return i + 1, z, neg_hess, ~moves
+    def body(carry):
+        i, z, lin, _ = carry
+        value, g, _, magnitudes, vectors = lin
+        c = vectors.T @ g
+        shift = dampings[:, None] * jnp.max(magnitudes) + jnp.finfo(z.dtype).tiny
+        a = c[None, :] / (magnitudes[None, :] + shift)  # (J, D) the steps in H's eigenbasis
+        predicted = a @ c - 0.5 * (a**2) @ magnitudes
+        steps = a @ vectors.T
+        rise = jax.vmap(log_density)(z + steps) - value
+        good = jnp.isfinite(rise) & (rise > 0) & (rise >= 0.1 * predicted)
+        good = good & jnp.all(jnp.isfinite(steps), axis=-1)
+        moves = jnp.any(good)
+        z = jnp.where(moves, z + steps[jnp.argmax(good)], z)
+        lin = jax.lax.cond(moves, linearise, lambda _: lin, z)
+        return i + 1, z, lin, ~moves
 
-    D = jnp.shape(z)[0]
-    carry = (0, z, jnp.zeros((D, D), z.dtype), jnp.zeros((), bool))
-    # the Hessian returned is at the last point linearised: the end point unless the
-    # iterations ran out (then one step before it)
-    _, z, neg_hess, _ = jax.lax.while_loop(lambda c: (c[0] < max_iters) & ~c[3], body, carry)
-    return z, neg_hess
+    def keep_going(carry):
+        i, _, (value, g, neg_hess, magnitudes, vectors), stalled = carry
+        finite = jnp.isfinite(value) & jnp.all(jnp.isfinite(g)) & jnp.all(jnp.isfinite(neg_hess))
+        return (i < max_iters) & ~stalled & finite & (decrement_of(g, magnitudes, vectors) > tol)
+
+    carry = (jnp.zeros((), jnp.int32), z, linearise(z), jnp.zeros((), bool))
+    i, z, (_, g, neg_hess, magnitudes, vectors), _ = jax.lax.while_loop(keep_going, body, carry)
+    decrement = decrement_of(g, magnitudes, vectors)
+    decrement = jnp.where(jnp.isfinite(decrement), decrement, jnp.inf)
+    # a maximum, not a minimum or saddle: no curvature of the wrong sign beyond round-off
+    lowest = jnp.min(jnp.linalg.eigvalsh((neg_hess + neg_hess.T) / 2))
+    concave = lowest >= -1e-6 * jnp.max(magnitudes)
+    return Mode(z, neg_hess, decrement, i, (decrement <= tol) & concave)

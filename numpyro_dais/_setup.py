@@ -1,0 +1,188 @@
+"""The annealed guides' set-up: a mode, its Laplace whitening, and the step-size cap.
+
+Runs once, on the first call, with that call's data: one compiled program finds a mode of
+the posterior by damped Newton ascent from the initial point
+(:func:`~numpyro_dais.engine.curvature.find_mode`) and the potential's Hessian there; on
+the host the Laplace covariance at that mode gives the affine map ``z = m + L u``
+(:func:`~numpyro_dais.engine.preconditioning.laplace`) in whose coordinates ``q0`` and the
+transitions run, and the curvature in those coordinates gives the step-size cap. Every path
+that does not reach a trustworthy start is loud: the warning names the reason and the fix.
+"""
+
+import math
+import warnings
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from numpyro_dais import _numpyro
+from numpyro_dais.engine import curvature, preconditioning
+
+#: Largest latent dimension ``D`` for which the set-up forms the ``D × D`` Hessian (one
+#: Hessian-vector product per column and Newton iteration) and whitens by its Laplace
+#: covariance; above it ``q0`` starts at the initial point with ``init_scale``.
+MAX_DENSE_DIM = 512
+
+#: ``λ · init_scale²`` above which a guide without a Laplace start warns: the posterior's
+#: narrowest direction is more than ~30 times narrower than ``q0`` at the start.
+STIFFNESS_WARN = 1e3
+
+#: Newton decrement (nats) above which the mode search counts as failed: the start is more
+#: than ~2 posterior standard deviations (in the Hessian's metric) from a mode.
+DECREMENT_WARN = 2.0
+
+
+class SetUp(NamedTuple):
+    """What the set-up fixes for the rest of a guide's life."""
+
+    affine: preconditioning.Affine | None
+    """``z = loc + scale_tril u``: the Laplace whitening (float64, host), or ``None``
+    (``q0`` and the transitions run in ``z``)."""
+    step_bounds: tuple
+    """``(eta_init, eta_max)`` in use."""
+    curvature: float | None
+    """``λ`` behind the default ``eta_max`` (in ``u`` when whitened), ``None`` if given."""
+    mode: curvature.Mode | None
+    """The mode search's result (host arrays), ``None`` without a Laplace start."""
+
+
+def _concrete(x):
+    """``x`` as a NumPy array, ``None`` when the set-up is being traced (under ``jit``)."""
+    try:
+        return np.asarray(x)
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+        return None
+
+
+def set_up(guide, args, kwargs, model_params) -> SetUp:
+    """Measure the posterior of ``guide``'s model at the initial point and fix the start.
+
+    ``guide`` is an annealed guide (its options ``laplace_init``, ``init_scale``, ``kernel``,
+    ``eta_init``, ``eta_max``); the measurement runs on its dynamics and start densities
+    (``guide._on_dynamics``)."""
+    name = type(guide).__name__
+    init = _numpyro.init_latent(guide)
+    dim = init.shape[0]
+    laplace = guide.laplace_init and dim <= MAX_DENSE_DIM
+    key = jax.random.key(0)  # a fixed start: the set-up is deterministic
+
+    def measure(dynamics, start, init):
+        if laplace:
+            return curvature.find_mode(start, init, curvature_density=dynamics)
+        if guide.eta_max is None:
+            return curvature.max_eigenvalue(key, dynamics, init)
+        return None
+
+    measured = guide._on_dynamics(measure, args, kwargs, model_params, key, init)
+    affine = mode = None
+    if laplace:
+        mode = jax.tree.map(_concrete, measured)
+        if mode.z is not None:  # None: set up under jit, where nothing can be read
+            affine = _laplace_affine(name, mode, guide._coordinate_names())
+    if affine is not None:
+        hessian = mode.neg_hessian
+        lam = preconditioning.whitened_curvature(affine, hessian)
+        floor = 1.0  # q0's own curvature in u: N(0, I) at the start
+    else:
+        if laplace and mode.z is not None:
+            lam = curvature.max_eigenvalue_dense(mode.neg_hessian)
+        elif not laplace and measured is not None:
+            lam = _concrete(measured)
+        else:
+            lam = None
+        floor = 1.0 / guide.init_scale**2
+        _warn_if_stiff(name, lam, guide.init_scale, dim, guide.laplace_init)
+    return SetUp(affine, *_step_bounds(guide, lam, floor), mode)
+
+
+def _laplace_affine(name, mode, names):
+    """The whitening at the mode search's end point, with a warning when that point is not
+    a mode (``None``, also warned, when its Hessian is not finite)."""
+    affine = preconditioning.laplace(mode.z, mode.neg_hessian)
+    if affine is None:
+        warnings.warn(
+            f"{name}: the Laplace start was skipped: the log density's Hessian is not "
+            f"finite (or is zero) at the point the mode search reached ({int(mode.num_iters)} "
+            "Newton iterations from the initial point), so q0 starts at the initial point "
+            "with `init_scale` in the model's raw coordinates, where a badly scaled or "
+            "correlated posterior can end many standard deviations off. Fix: give a start "
+            "inside the support where the density is smooth (e.g. "
+            "`init_loc_fn=init_to_median`), or check the model for NaNs at its initial point.",
+            UserWarning,
+            stacklevel=4,
+        )
+        return None
+    decrement = float(mode.decrement)
+    if decrement > DECREMENT_WARN:
+        warnings.warn(
+            f"{name}: the mode search stopped {decrement:.3g} nats below the mode its "
+            f"quadratic model predicts (after {int(mode.num_iters)} Newton iterations; "
+            f"converged means below {DECREMENT_WARN:g}). q0 starts at the Laplace "
+            "approximation there, which may be far from the posterior, e.g. deep in the neck "
+            "of a hierarchical funnel whose density has no maximum. Fix: reparameterise "
+            "(non-centred hierarchies: `numpyro.infer.reparam.LocScaleReparam`), give a "
+            "better start (`init_loc_fn=init_to_median`), or use `laplace_init=False`; "
+            "check the fit with `transport_check` or against `method='importance'` draws.",
+            UserWarning,
+            stacklevel=4,
+        )
+    return affine
+
+
+def _step_bounds(guide, lam, floor):
+    """``((eta_init, eta_max), λ)``: ``eta_max`` half the integrator's stability limit for
+    the curvature ``max(λ, floor)`` (``floor``: ``q0``'s own), unless given."""
+    eta_init, eta_max = guide.eta_init, guide.eta_max
+    used = None
+    if eta_max is None:
+        lam = float(lam) if lam is not None and np.isfinite(lam) else 0.0
+        used = max(lam, floor)
+        eta_max = 1.0 / math.sqrt(used) if guide.kernel == "hmc" else 1.0 / used
+        if eta_init is not None and eta_init >= eta_max:
+            eta_max = 10.0 * eta_init
+    if eta_init is None:
+        eta_init = eta_max / 10.0
+    return (float(eta_init), float(eta_max)), used
+
+
+def _warn_if_stiff(name, lam, init_scale, dim, laplace_init):
+    """Warn when ``q0`` has no Laplace start and the curvature says it starts far wider than
+    the posterior (or the curvature could not be measured).
+
+    Adam moves a parameter by about the learning rate per step whatever the curvature, so in
+    raw coordinates it cannot resolve a direction of scale ``1 / sqrt(λ)`` far below it; the
+    fit then ends many posterior standard deviations off with no other sign."""
+    reason = (
+        "laplace_init=False"
+        if not laplace_init
+        else f"D = {dim} > {MAX_DENSE_DIM}, too large to form the Hessian"
+    )
+    if lam is None:
+        return  # set up under jit, or the step sizes were given: nothing was measured
+    if not np.isfinite(lam):
+        warnings.warn(
+            f"{name}: the curvature of the log density is not finite at the initial point "
+            f"({reason}), so neither q0's start nor the step sizes could be checked against "
+            "the posterior's scale. Fix: start inside the support where the density is "
+            "smooth (e.g. `init_loc_fn=init_to_median`), or pass `eta_max`.",
+            UserWarning,
+            stacklevel=4,
+        )
+        return
+    if lam * init_scale**2 <= STIFFNESS_WARN:
+        return
+    width = 1.0 / math.sqrt(lam)
+    warnings.warn(
+        f"{name}: the posterior is stiff: the curvature at the initial point is "
+        f"λ ≈ {lam:.3g}, so its narrowest direction has scale ≈ 1/sqrt(λ) = {width:.2g}, "
+        f"{init_scale / width:.0f} times narrower than q0 at the start (init_scale = "
+        f"{init_scale:g}); q0 is not set up in the posterior's own units ({reason}), and "
+        "an optimiser that moves parameters by ~its learning rate per step cannot place "
+        "q0 to that precision. Fix: standardise the covariates (the usual cause: an unscaled "
+        f"predictor), leave `laplace_init=True` where D <= {MAX_DENSE_DIM}, or pass "
+        f"`init_scale={width:.2g}` and a learning rate that decays below {width / 10:.1g} "
+        "(e.g. optax.exponential_decay); check the fit with `transport_check`.",
+        UserWarning,
+        stacklevel=4,
+    )

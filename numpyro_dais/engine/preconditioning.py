@@ -1,0 +1,101 @@
+"""Whitened coordinates: ``q0`` and the transitions run in ``u = L⁻¹(z − m)``.
+
+With ``m`` a mode of the posterior and ``L Lᵀ`` its Laplace covariance, a nearly Gaussian
+posterior is nearly standard normal in ``u`` whatever the scale and correlation of its
+coordinates (an uncentred or badly scaled covariate, collinear predictors). The optimiser
+(which moves a parameter by about its learning rate per step), the step sizes and the
+diagonal mass matrix then all act in units of the posterior's own widths, and a diagonal
+``q0`` in ``u`` is a full-rank ``q0`` in ``z``.
+
+The density of ``u`` is ``ℓ(m + L u) + log |det L|``, so weights, bounds and evidence are
+those of ``z``.
+
+Reference: Hoffman et al. (2019), "NeuTra-lizing bad geometry in Hamiltonian Monte Carlo
+using neural transport" (sampling in the coordinates of a fitted transport map).
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from numpyro_dais.engine import gaussian
+from numpyro_dais.engine.dais import Target
+
+
+class Affine(NamedTuple):
+    """``z = loc + scale_tril u``."""
+
+    loc: jax.Array  # (D,)
+    scale_tril: jax.Array  # (D, D) lower triangular, positive diagonal
+
+
+def to_z(affine: Affine, u: jax.Array) -> jax.Array:
+    """``m + L u`` for ``u (..., D)``."""
+    return affine.loc + u @ affine.scale_tril.T
+
+
+def to_u(affine: Affine, z: jax.Array) -> jax.Array:
+    """``L⁻¹(z − m)`` for ``z (..., D)``."""
+    flat = jnp.reshape(z - affine.loc, (-1, jnp.shape(z)[-1]))
+    u = jax.scipy.linalg.solve_triangular(affine.scale_tril, flat.T, lower=True).T
+    return jnp.reshape(u, jnp.shape(z))
+
+
+def log_abs_det(affine: Affine) -> jax.Array:
+    """``log |det L|``, shape ``()``."""
+    return jnp.sum(jnp.log(jnp.diagonal(affine.scale_tril)))
+
+
+def whiten(target: Target, affine: Affine) -> Target:
+    """``target`` in ``u``: each log density ``ℓ`` becomes ``ℓ(m + L u) + log |det L|``."""
+    log_det = log_abs_det(affine)
+
+    def pull(log_density):
+        return None if log_density is None else lambda u: log_density(to_z(affine, u)) + log_det
+
+    return Target(pull(target.log_dynamics), pull(target.log_final))
+
+
+def push(affine: Affine, q0: gaussian.Gaussian) -> gaussian.Gaussian:
+    """``q0`` of ``u`` as the Gaussian of ``z = m + L u``, with Cholesky factor ``L S``
+    ``(D, D)`` (``S``: ``q0``'s diagonal or triangular scale)."""
+    scale = jnp.diag(q0.scale) if gaussian.is_diagonal(q0) else q0.scale
+    return gaussian.Gaussian(to_z(affine, q0.loc), affine.scale_tril @ scale)
+
+
+#: smallest curvature of the Laplace precision relative to the largest (a condition number
+#: of 10¹⁰ at most): a direction the data leave flat gets a finite width
+RELATIVE_FLOOR = 1e-10
+
+
+def laplace(mode, neg_hess) -> Affine:
+    """The Laplace approximation ``N(m, Σ)`` at a mode ``m (D,)`` with potential Hessian
+    ``H = −∇²ℓ(m) (D, D)``, as the affine map of its whitening, on the host in float64.
+
+    ``Σ⁻¹ = V max(|Λ|, floor) Vᵀ`` for ``H = V Λ Vᵀ``: eigenvalues by magnitude (a point
+    short of a mode can have negative curvature; its magnitude is still the local scale),
+    floored at :data:`RELATIVE_FLOOR` times the largest; ``L`` is the Cholesky factor of
+    ``Σ``. Returns ``None`` when ``H`` is not finite or is zero.
+    """
+    h = np.asarray(neg_hess, np.float64)
+    if not np.all(np.isfinite(h)) or not np.all(np.isfinite(mode)):
+        return None
+    eigenvalues, vectors = np.linalg.eigh((h + h.T) / 2)
+    magnitudes = np.abs(eigenvalues)
+    if magnitudes.max() <= 0:
+        return None
+    precision = np.maximum(magnitudes, RELATIVE_FLOOR * magnitudes.max())
+    cov = (vectors / precision) @ vectors.T
+    return Affine(np.asarray(mode, np.float64), np.linalg.cholesky((cov + cov.T) / 2))
+
+
+def whitened_curvature(affine: Affine, neg_hess) -> float:
+    """Largest eigenvalue of ``Lᵀ H L``, the potential's Hessian in ``u`` (at least 0;
+    ``inf`` when not finite); 1 at the mode the Laplace map was formed at."""
+    L = np.asarray(affine.scale_tril, np.float64)
+    h = L.T @ np.asarray(neg_hess, np.float64) @ L
+    if not np.all(np.isfinite(h)):
+        return np.inf
+    return max(float(np.linalg.eigvalsh((h + h.T) / 2)[-1]), 0.0)
