@@ -30,8 +30,8 @@ from numpyro_dais import (
     AutoDSMCS,
     AutoGPVI,
     AutoSurrogateLikelihoodDAIS,
-    _setup,
     _numpyro,
+    _setup,
 )
 from tests import models
 
