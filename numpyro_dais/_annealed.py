@@ -39,6 +39,7 @@ from numpyro_dais._autoguide import (
     report_diverged,
     shard_particles,
 )
+from numpyro_dais._selfcheck import check_q0_once
 from numpyro_dais.engine import dais, dais0, gaussian, preconditioning, samplers, smc, weights
 from numpyro_dais.engine.annealing import betas_from_increments
 from numpyro_dais.engine.transitions import KERNELS
@@ -128,6 +129,7 @@ class AnnealedGuide(ContinuousGuide):
         "posterior_method",
         "sym_kl_weight",
         "report_divergences",
+        "self_check",
         "mesh",
     )
 
@@ -152,6 +154,7 @@ class AnnealedGuide(ContinuousGuide):
         posterior_method,
         sym_kl_weight,
         report_divergences,
+        self_check,
         mesh,
         forward_mode_differentiation,
     ):
@@ -189,6 +192,9 @@ class AnnealedGuide(ContinuousGuide):
         self.posterior_method = posterior_method
         self.sym_kl_weight = float(sym_kl_weight)
         self.report_divergences = report_divergences
+        if not isinstance(self_check, bool | np.bool_):
+            raise TypeError(f"`self_check` must be True or False, got {self_check!r}.")
+        self.self_check = bool(self_check)
         self.curvature = None  # λ behind the default step sizes, measured at set-up
         self._step_bounds = None  # (eta_init, eta_max) in use, fixed at set-up
         self._affine_start = None  # the Laplace whitening z = m + L u found at set-up
@@ -558,6 +564,8 @@ class AnnealedGuide(ContinuousGuide):
         fitted = self._params_from(params)
         if method != "q0":
             args, kwargs = self._data(args, kwargs, method)
+        else:
+            check_q0_once(self, params)
         return self._compiled(self._sample_posterior)(
             rng_key,
             fitted,
@@ -742,9 +750,12 @@ class AnnealedGuide(ContinuousGuide):
         self._check_set_up()
         return dist.Normal(jnp.zeros(self.latent_dim), 1.0).to_event(1)
 
-    def _q0_of_z(self, params) -> gaussian.Gaussian:
-        """The trained ``q0`` as a Gaussian of the flat unconstrained ``z``."""
+    def _q0_of_z(self, params, check=False) -> gaussian.Gaussian:
+        """The trained ``q0`` as a Gaussian of the flat unconstrained ``z``; ``check``: used
+        as the posterior, so checked once (:mod:`numpyro_dais._selfcheck`)."""
         fitted = self._params_from(params)
+        if check:
+            check_q0_once(self, params)
         return self._in_z(fitted.affine, fitted.q0)
 
     def get_transform(self, params):
@@ -764,7 +775,7 @@ class AnnealedGuide(ContinuousGuide):
 
     def median(self, params):
         """Posterior median from ``q0`` (its mean, constrained), as a dict of site values."""
-        return self._transform(self._q0_of_z(params).loc)
+        return self._transform(self._q0_of_z(params, check=True).loc)
 
     def quantiles(self, params, quantiles):
         """Posterior quantiles from ``q0`` (marginal normal quantiles, constrained).
@@ -778,7 +789,7 @@ class AnnealedGuide(ContinuousGuide):
                 f"`quantiles` must lie strictly inside (0, 1), got {quantiles!r}; q0 is a "
                 "Gaussian, whose 0 and 1 quantiles are infinite."
             )
-        q0 = self._q0_of_z(params)
+        q0 = self._q0_of_z(params, check=True)
         normal_q = dist.Normal(0.0, 1.0).icdf(jnp.asarray(q))
         return self._transform(q0.loc + normal_q[..., None] * gaussian.marginal_std(q0))
 

@@ -67,38 +67,45 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
     laplace = guide.laplace_init and dim <= MAX_DENSE_DIM
     key = jax.random.key(0)  # a fixed start: the set-up is deterministic
 
-    def measure(dynamics, start, init):
+    def measure(dynamics, start, init, forward):
+        # λ_max at the initial point: the step-size cap when q0 is not whitened
+        lam = curvature.max_eigenvalue(key, dynamics, init, forward=forward)
+        mode = None
         if laplace:
-            return curvature.find_mode(start, init, curvature_density=dynamics)
-        if guide.eta_max is None:
-            return curvature.max_eigenvalue(key, dynamics, init)
-        return None
+            mode = curvature.find_mode(start, init, curvature_density=dynamics, forward=forward)
+        return lam, mode
 
-    measured = guide._on_dynamics(measure, args, kwargs, model_params, key, init)
-    affine = mode = None
-    if laplace:
-        mode = jax.tree.map(_concrete, measured)
-        if mode.z is not None:  # None: set up under jit, where nothing can be read
-            affine = _laplace_affine(name, mode, guide._coordinate_names())
+    try:
+        measured = guide._on_dynamics(measure, args, kwargs, model_params, key, init, True)
+    except TypeError as err:  # a custom_vjp (an ODE solver): reverse-over-reverse instead
+        if not curvature.is_custom_vjp_error(err):
+            raise
+        measured = guide._on_dynamics(measure, args, kwargs, model_params, key, init, False)
+    lam, mode = jax.tree.map(_concrete, measured)
+    affine = None
+    if mode is not None and mode.z is not None:  # None: set up under jit, nothing to read
+        affine = _laplace_affine(name, mode, np.asarray(init))
     if affine is not None:
-        hessian = mode.neg_hessian
-        lam = preconditioning.whitened_curvature(affine, hessian)
+        lam = preconditioning.whitened_curvature(affine, mode.neg_hessian)
         floor = 1.0  # q0's own curvature in u: N(0, I) at the start
     else:
-        if laplace and mode.z is not None:
-            lam = curvature.max_eigenvalue_dense(mode.neg_hessian)
-        elif not laplace and measured is not None:
-            lam = _concrete(measured)
-        else:
-            lam = None
         floor = 1.0 / guide.init_scale**2
-        _warn_if_stiff(name, lam, guide.init_scale, dim, guide.laplace_init)
+        _warn_if_stiff(name, lam, guide.init_scale, dim, guide.laplace_init and laplace)
     return SetUp(affine, *_step_bounds(guide, lam, floor), mode)
 
 
-def _laplace_affine(name, mode, names):
+#: ``rise / (½ d²)`` below which the end point of the mode search is taken for a degenerate
+#: mode: ``rise`` the log density gained from the start, ``d`` the start's distance from the
+#: end point in the end point's Laplace metric. A Gaussian gains ``½ d²``, a logistic
+#: likelihood (linear tails) ~0.1 of it; a funnel whose density grows without bound into its
+#: neck (a centred hierarchy) gains 10⁻¹⁰ of it, its curvature there exploding.
+DEGENERATE_RATIO = 1e-4
+
+
+def _laplace_affine(name, mode, init):
     """The whitening at the mode search's end point, with a warning when that point is not
-    a mode (``None``, also warned, when its Hessian is not finite)."""
+    a mode; ``None`` (warned too) when its Hessian is not finite, or when the end point is
+    a degenerate mode (the density grows without bound there)."""
     affine = preconditioning.laplace(mode.z, mode.neg_hessian)
     if affine is None:
         warnings.warn(
@@ -109,6 +116,22 @@ def _laplace_affine(name, mode, names):
             "correlated posterior can end many standard deviations off. Fix: give a start "
             "inside the support where the density is smooth (e.g. "
             "`init_loc_fn=init_to_median`), or check the model for NaNs at its initial point.",
+            UserWarning,
+            stacklevel=4,
+        )
+        return None
+    d = np.linalg.solve(np.asarray(affine.scale_tril), init - np.asarray(affine.loc))
+    predicted = 0.5 * float(d @ d)
+    if predicted > 50.0 and float(mode.rise) < DEGENERATE_RATIO * predicted:
+        warnings.warn(
+            f"{name}: the posterior seems to have no mode: from the initial point its log "
+            f"density rose by {float(mode.rise):.3g} nats while its curvature grew as if by "
+            f"{predicted:.3g} (a Gaussian's rise): the search ran into a funnel's neck, where "
+            "the density of a centred hierarchy grows without bound as a scale goes to 0. "
+            "A Laplace start there would trap q0, so q0 starts at the initial point with "
+            "`init_scale` in the model's raw coordinates. Fix: non-centre the hierarchy "
+            "(`numpyro.infer.reparam.LocScaleReparam(0)` on the group-level sites, or write "
+            "theta = mu + tau * theta_raw), and check the fit with `transport_check`.",
             UserWarning,
             stacklevel=4,
         )
@@ -154,9 +177,11 @@ def _warn_if_stiff(name, lam, init_scale, dim, laplace_init):
     raw coordinates it cannot resolve a direction of scale ``1 / sqrt(λ)`` far below it; the
     fit then ends many posterior standard deviations off with no other sign."""
     reason = (
-        "laplace_init=False"
+        f"D = {dim} > {MAX_DENSE_DIM}, too large to form the Hessian"
+        if dim > MAX_DENSE_DIM
+        else "laplace_init=False"
         if not laplace_init
-        else f"D = {dim} > {MAX_DENSE_DIM}, too large to form the Hessian"
+        else "the Laplace start was skipped, see the warning above"
     )
     if lam is None:
         return  # set up under jit, or the step sizes were given: nothing was measured

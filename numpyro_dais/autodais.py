@@ -101,6 +101,7 @@ class AutoDAIS(AnnealedGuide):
         posterior_method="q0",
         sym_kl_weight=None,
         report_divergences=True,
+        self_check=True,
         mesh=None,
         forward_mode_differentiation=False,
     ):

@@ -109,6 +109,7 @@ class AutoDSMCS(AnnealedGuide):
         posterior_method="importance",
         sym_kl_weight=None,
         report_divergences=True,
+        self_check=True,
         mesh=None,
         forward_mode_differentiation=False,
     ):

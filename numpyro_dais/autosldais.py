@@ -134,6 +134,7 @@ class AutoSurrogateLikelihoodDAIS(AnnealedGuide):
         posterior_method="q0",
         sym_kl_weight=None,
         report_divergences=True,
+        self_check=True,
         mesh=None,
         forward_mode_differentiation=False,
     ):
@@ -194,6 +195,7 @@ class AutoSurrogateLikelihoodDSMCS(AnnealedGuide):
         posterior_method="importance",
         sym_kl_weight=None,
         report_divergences=True,
+        self_check=True,
         mesh=None,
         forward_mode_differentiation=False,
     ):

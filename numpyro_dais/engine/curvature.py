@@ -24,16 +24,32 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def hvp(log_density: Callable, z: jax.Array, v: jax.Array) -> jax.Array:
-    """``∇²ℓ(z) v`` for ``z, v`` of shape ``(D,)``: forward-over-reverse, or reverse-over-reverse
-    where ``ℓ`` calls a ``jax.custom_vjp`` function (e.g. ``jax.experimental.ode.odeint``),
-    which has no forward-mode rule (the choice is made while tracing, once)."""
-    try:
-        return jax.jvp(jax.grad(log_density), (z,), (v,))[1]
-    except TypeError as err:
-        if "custom_vjp" not in str(err):
-            raise
-        return jax.grad(lambda x: jnp.vdot(jax.grad(log_density)(x), v))(z)
+def _forward_over_reverse(log_density, z, v):
+    return jax.jvp(jax.grad(log_density), (z,), (v,))[1]
+
+
+def _reverse_over_reverse(log_density, z, v):
+    return jax.grad(lambda x: jnp.vdot(jax.grad(log_density)(x), v))(z)
+
+
+def hvp_fn(log_density: Callable, z: jax.Array, forward: bool = True) -> Callable:
+    """``v -> ∇²ℓ(z) v`` for ``z, v`` of shape ``(D,)``: forward-over-reverse, or with
+    ``forward=False`` reverse-over-reverse, for a ``ℓ`` that calls a ``jax.custom_vjp``
+    function (e.g. ``jax.experimental.ode.odeint``), which has no forward-mode rule: JAX then
+    raises a ``TypeError`` naming ``custom_vjp``, possibly only when a loop around the
+    product is lowered, so a caller retries the whole program (see :func:`is_custom_vjp_error`)."""
+    product = _forward_over_reverse if forward else _reverse_over_reverse
+    return lambda v: product(log_density, z, v)
+
+
+def is_custom_vjp_error(err: Exception) -> bool:
+    """Whether ``err`` is JAX's refusal of forward mode through a ``custom_vjp`` function."""
+    return isinstance(err, TypeError) and "custom_vjp" in str(err)
+
+
+def hvp(log_density: Callable, z: jax.Array, v: jax.Array, forward: bool = True) -> jax.Array:
+    """``∇²ℓ(z) v`` for ``z, v`` of shape ``(D,)`` (:func:`hvp_fn`)."""
+    return hvp_fn(log_density, z, forward)(v)
 
 
 def _power_iteration(rng_key, matvec, z, num_iters):
@@ -50,7 +66,9 @@ def _power_iteration(rng_key, matvec, z, num_iters):
     return jnp.vdot(v, matvec(v))
 
 
-def max_eigenvalue(rng_key, log_density: Callable, z: jax.Array, num_iters: int = 20):
+def max_eigenvalue(
+    rng_key, log_density: Callable, z: jax.Array, num_iters: int = 20, forward: bool = True
+):
     """Largest eigenvalue of the potential's Hessian ``−∇²ℓ(z)``, shape ``()``, at least 0.
 
     Power iteration finds the eigenvalue ``λ_1`` of largest magnitude. Where it is negative
@@ -61,7 +79,8 @@ def max_eigenvalue(rng_key, log_density: Callable, z: jax.Array, num_iters: int 
     the model's domain) gives ``inf``.
     """
     key_first, key_shifted = jax.random.split(rng_key)
-    potential_hvp = lambda v: -hvp(log_density, z, v)
+    product = hvp_fn(log_density, z, forward)
+    potential_hvp = lambda v: -product(v)
     lam = _power_iteration(key_first, potential_hvp, z, num_iters)
     shifted = _power_iteration(key_shifted, lambda v: potential_hvp(v) - lam * v, z, num_iters)
     lam = jnp.where(lam < 0, shifted + lam, lam)
@@ -77,13 +96,16 @@ def max_eigenvalue_dense(neg_hess: np.ndarray) -> float:
     return max(float(np.linalg.eigvalsh((h + h.T) / 2)[-1]), 0.0)
 
 
-def neg_hessian(log_density: Callable, z: jax.Array, batch_size: int = 32) -> jax.Array:
+def neg_hessian(
+    log_density: Callable, z: jax.Array, batch_size: int = 32, forward: bool = True
+) -> jax.Array:
     """The potential's Hessian ``−∇²ℓ(z)``, shape ``(D, D)``: one Hessian-vector product per
     column, ``batch_size`` at a time (the memory of ``batch_size`` gradients, not ``D``);
     symmetric up to round-off."""
     D = jnp.shape(z)[0]
+    product = hvp_fn(log_density, z, forward)
     return jax.lax.map(
-        lambda e: -hvp(log_density, z, e), jnp.eye(D, dtype=z.dtype), batch_size=min(batch_size, D)
+        lambda e: -product(e), jnp.eye(D, dtype=z.dtype), batch_size=min(batch_size, D)
     )
 
 
@@ -100,6 +122,8 @@ class Mode(NamedTuple):
     deviations (in the Hessian's metric) from the mode of a Gaussian."""
     num_iters: jax.Array
     """``()`` iterations taken."""
+    rise: jax.Array
+    """``()`` ``ℓ(z) − ℓ(z_start)``, the log density gained from the start."""
     converged: jax.Array
     """``()`` bool: ``decrement ≤ tol`` at a maximum (no negative curvature of ``ℓ``)."""
 
@@ -114,6 +138,7 @@ def find_mode(
     max_iters: int = 100,
     tol: float = 1e-4,
     curvature_density: Callable | None = None,
+    forward: bool = True,
 ) -> Mode:
     """Damped saddle-free Newton ascent from ``z (D,)`` to a mode of ``ℓ``.
 
@@ -131,6 +156,7 @@ def find_mode(
 
     ``curvature_density``: the Hessians (and the one returned) are of this density instead
     (quasi-Newton: a cheap surrogate of ``ℓ`` with the same curvature); the mode is ``ℓ``'s.
+    ``forward``: as for :func:`hvp_fn`.
 
     References: Nocedal & Wright (2006), "Numerical Optimization", ch. 4 (trust regions);
     Dauphin et al. (2014), "Identifying and attacking the saddle point problem" (``|H|``).
@@ -140,7 +166,7 @@ def find_mode(
 
     def linearise(z):
         value, g = jax.value_and_grad(log_density)(z)
-        neg_hess = neg_hessian(curvature_density, z)
+        neg_hess = neg_hessian(curvature_density, z, forward=forward)
         eigenvalues, vectors = jnp.linalg.eigh((neg_hess + neg_hess.T) / 2)
         return value, g, neg_hess, jnp.abs(eigenvalues), vectors
 
@@ -171,10 +197,11 @@ def find_mode(
         return (i < max_iters) & ~stalled & finite & (decrement_of(g, magnitudes, vectors) > tol)
 
     carry = (jnp.zeros((), jnp.int32), z, linearise(z), jnp.zeros((), bool))
-    i, z, (_, g, neg_hess, magnitudes, vectors), _ = jax.lax.while_loop(keep_going, body, carry)
+    start_value = carry[2][0]
+    i, z, (value, g, neg_hess, magnitudes, vectors), _ = jax.lax.while_loop(keep_going, body, carry)
     decrement = decrement_of(g, magnitudes, vectors)
     decrement = jnp.where(jnp.isfinite(decrement), decrement, jnp.inf)
     # a maximum, not a minimum or saddle: no curvature of the wrong sign beyond round-off
     lowest = jnp.min(jnp.linalg.eigvalsh((neg_hess + neg_hess.T) / 2))
     concave = lowest >= -1e-6 * jnp.max(magnitudes)
-    return Mode(z, neg_hess, decrement, i, (decrement <= tol) & concave)
+    return Mode(z, neg_hess, decrement, i, value - start_value, (decrement <= tol) & concave)
