@@ -214,6 +214,16 @@ def fit_svi(svi, model_args, rng_keys, num_steps, num_checkpoints=1, init_key=No
     return params, np.asarray(losses)
 
 
+def gaussian_moments(q):
+    """``(mean, marginal sds)`` of a Gaussian ``get_posterior`` as NumPy arrays: a diagonal
+    ``Normal`` (possibly ``Independent``) or a full-rank ``MultivariateNormal`` (AutoDAIS's
+    ``q0``, whitened)."""
+    if hasattr(q, "covariance_matrix"):
+        return np.asarray(q.mean), np.sqrt(np.diagonal(np.asarray(q.covariance_matrix), 0, -2, -1))
+    q = getattr(q, "base_dist", q)
+    return np.asarray(q.loc), np.asarray(q.scale)
+
+
 def log_joint_fn(model, model_args, site):
     """``z -> log p(x, z)`` for a model whose only latent is the real-valued site ``site``."""
 

@@ -8,7 +8,7 @@ import optax
 from numpyro.infer import SVI, RenyiELBO, Trace_ELBO
 from numpyro.infer.autoguide import AutoDiagonalNormal
 
-from benchmarks._common import fit_svi, log_joint_fn
+from benchmarks._common import fit_svi, gaussian_moments, log_joint_fn
 from benchmarks.baselines import msc
 from numpyro_dais import AutoDAIS
 
@@ -112,8 +112,8 @@ def fit_compact_methods(
     svi = SVI(model, dais, optax.adam(lr), Trace_ELBO())
     params, _ = fit_svi(svi, args, jax.random.split(k_dais, seeds), cfg["steps"])
     per_seed = [jax.tree.map(lambda x, s=s: x[s, -1], params) for s in range(seeds)]
-    q0s = [dais.get_posterior(p).base_dist for p in per_seed]
-    out["DAIS0(16)"] = (np.stack([q.loc for q in q0s]), np.stack([q.scale for q in q0s]))
+    q0s = [gaussian_moments(dais.get_posterior(p)) for p in per_seed]
+    out["DAIS0(16)"] = (np.stack([m for m, _ in q0s]), np.stack([sd for _, sd in q0s]))
     draws = [
         dais.sample_posterior(
             k,

@@ -31,6 +31,7 @@ from numpyro.infer.initialization import init_to_value
 from benchmarks._common import (
     Stopwatch,
     fit_svi,
+    gaussian_moments,
     markdown_table,
     output_name,
     parse_args,
@@ -148,9 +149,9 @@ def fit_numpyro(method, N, K, d, steps, key):
     params, _ = fit_svi(svi, (d,), key[None], steps, num_checkpoints=2)
     out = []
     for c in range(2):
-        q = guide.get_posterior(jax.tree.map(lambda x, c=c: x[0, c], params))
-        q = getattr(q, "base_dist", q)  # AutoDiagonalNormal: Normal; AutoDAIS: Independent
-        out.append((np.asarray(q.loc), np.asarray(q.scale)))
+        out.append(
+            gaussian_moments(guide.get_posterior(jax.tree.map(lambda x, c=c: x[0, c], params)))
+        )
     return out
 
 

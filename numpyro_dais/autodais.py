@@ -32,9 +32,8 @@ class AutoDAIS(AnnealedGuide):
     matrix and the damping ``γ`` of the partial momentum refresh.
 
     After training, ``q0`` itself is the recommended posterior (**DAIS₀**): it fits a
-    symmetrised KL, so it covers the posterior better than ordinary VI, and it has a
-    density, mean, median and quantiles. ``sample_posterior`` and ``Predictive`` both
-    return ``q0`` draws unless ``posterior_method`` says otherwise.
+    symmetrised KL, and it has a density, mean, median and quantiles. ``sample_posterior``
+    and ``Predictive`` both return ``q0`` draws unless ``posterior_method`` says otherwise.
 
     :param model: a NumPyro model with continuous global latent sites.
     :param int K: number of annealing transitions, ``K >= 1``.
@@ -42,24 +41,27 @@ class AutoDAIS(AnnealedGuide):
         DAIS ELBO, as numpyro's ``AutoDAIS``).
     :param str kernel: ``"hmc"`` (leapfrog + partial momentum refresh) or ``"langevin"``
         (overdamped, unadjusted).
-    :param str base_dist: ``"diagonal"`` or ``"cholesky"`` covariance of ``q0``.
+    :param str base_dist: ``"diagonal"`` or ``"cholesky"`` covariance of ``q0`` in the
+        whitened coordinates ``u`` (below); either is a full-rank Gaussian of ``z``.
     :param float eta_init: initial step size, in ``(0, eta_max)``; default ``eta_max / 10``.
-    :param float eta_max: upper bound of the learnable step sizes. Default: set from the
-        curvature at the initial point, ``1 / sqrt(λ)`` for HMC and ``1 / λ`` for Langevin
-        (half the stability limit of the integrator), with ``λ`` the larger of ``|λ|_max``
-        of ``∇²ℓ`` (power iteration at set-up) and ``1 / init_scale²`` (the curvature of
-        ``q0``); :attr:`curvature` holds ``λ``.
+    :param float eta_max: upper bound of the learnt step sizes (in ``u`` when whitened).
+        Default: ``1 / sqrt(λ)`` for HMC and ``1 / λ`` for Langevin (half the stability
+        limit of the integrator), with ``λ`` the largest eigenvalue of the potential's
+        Hessian measured at set-up (at the mode in ``u``, where it is 1; else at the initial
+        point, floored by ``q0``'s own curvature ``1 / init_scale²``); :attr:`curvature`
+        holds ``λ``.
     :param float gamma_init: initial damping of the momentum refresh, in ``(0, 1)``.
-    :param float init_scale: initial standard deviation of ``q0`` where the data say little;
-        for ``D ≤ 512`` ``q0`` starts at the Laplace fit ``Σ = (H₊ + I / init_scale²)⁻¹`` of
-        the curvature ``H`` at set-up (at the mode that Newton ascent from the initial point
-        reaches, ``Σ``'s stds there)
-        and its location is optimised in the unit ``sqrt(diag Σ₀) / init_scale`` (``Σ₀`` at
-        the unconstrained origin), so that a stiff posterior (an unscaled covariate) is
-        fitted as precisely as a well-scaled one.
-    :param bool laplace_init: ``True`` (default): that Laplace start and unit. ``False``:
-        ``q0`` starts exactly at ``init_loc_fn`` with ``init_scale`` and its location is a
-        plain parameter (e.g. to hold a fixed ``q0``, as in the DSMCS paper's benchmarks).
+    :param float init_scale: standard deviation of ``q0`` at the start when it is not
+        whitened (``laplace_init=False``, ``D > 512``, or no usable mode at set-up).
+    :param bool laplace_init: ``True`` (default): at set-up (``D ≤ 512``) find a mode ``m``
+        by damped Newton ascent from ``init_loc_fn``'s point and run ``q0`` and the
+        transitions in ``u = L⁻¹(z − m)``, ``L Lᵀ`` the Laplace covariance there, with
+        ``q0`` starting at ``N(0, I)`` in ``u``; the whitening is stored in ``params``
+        (``{prefix}_preconditioner_loc``, ``{prefix}_preconditioner_scale_tril``, never
+        trained). A set-up that cannot be trusted (no finite Hessian, no mode) warns with
+        the fix. ``False``: ``q0`` starts exactly at ``init_loc_fn`` with ``init_scale`` in
+        ``z`` and its location is a plain parameter (e.g. to hold a fixed ``q0``, as in the
+        DSMCS paper's benchmarks).
     :param str posterior_method: what ``sample_posterior`` and ``Predictive`` return by
         default: ``"q0"`` (DAIS₀), ``"dais"`` (end points ``z_K``) or ``"importance"``
         (end points resampled by weight within N-particle sets).
@@ -70,6 +72,10 @@ class AutoDAIS(AnnealedGuide):
         are summed into one warning); a healthy step pays nothing for it (on CPU the call is
         an XLA FFI custom call, not a JAX host callback). The warning comes when the step
         runs (asynchronous dispatch): block on the result to capture it.
+    :param bool self_check: the first time given ``params`` are used for ``q0`` draws
+        (``sample_posterior`` with ``method="q0"``, ``median``, ``quantiles``), compare
+        ``q0`` with 256 importance-resampled end points on the set-up data
+        (``transport_check``) and warn, with the fix, when they disagree.
     :param jax.sharding.Mesh mesh: split the training bound's ``N`` particles evenly over
         the mesh's devices (its size must divide ``num_particles``); XLA partitions the
         annealing, and loss and gradients equal the one-device run's for the same key. With
