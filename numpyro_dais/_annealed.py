@@ -107,6 +107,23 @@ def preset_options(local_vars):
     return {k: v for k, v in local_vars.items() if k not in ("self", "model", "__class__")}
 
 
+def divergence_brake(step_sizes, fraction):
+    """``f · (b − stop(b))``, ``b = −Σ_k log η_k``: zero in value; in gradient, a push of
+    every step size down by ``f / η_k``, ``f`` the fraction of the step's particles that
+    diverged (0 on a healthy step).
+
+    A diverged particle is dropped from the bound, so the bound's gradient never learns that
+    its steps were too long; worse, its non-finite values turn the shared parameters'
+    gradients non-finite, which are then zeroed. Left alone, a run whose learnt steps drift
+    into instability can lose every particle on every later step and stop learning with a
+    non-finite loss. The brake acts on the step sizes as they were before the NaN guard, so
+    it is the one gradient they get on such a step, and it shortens them until trajectories
+    stay stable again."""
+    brake = -jnp.sum(jnp.log(step_sizes))
+    fraction = jax.lax.stop_gradient(fraction)
+    return jnp.where(fraction > 0, fraction * (brake - jax.lax.stop_gradient(brake)), 0.0)
+
+
 class AnnealedGuide(ContinuousGuide):
     """Annealing from a Gaussian ``q0`` to a target with ``K`` learnt transitions.
 
@@ -429,6 +446,7 @@ class AnnealedGuide(ContinuousGuide):
                 args, kwargs = self._data(args, kwargs, method)
             fitted = Fitted(q0, anneal, affine, params)
             return self._draw(rng_key, fitted, args, kwargs, method, 1)[0]
+        step_sizes = anneal.step_sizes  # before the NaN guard: for the divergence brake
         q0, anneal, params = self._bound_safe((q0, anneal, params))
         fitted = Fitted(q0, anneal, affine, params)
         # Open the subsample plates of the model that the loss runs, drawn in O(B) (numpyro
@@ -445,7 +463,8 @@ class AnnealedGuide(ContinuousGuide):
             _numpyro.emit_log_weight(f"{self.prefix}_log_weight", jnp.zeros(()))
             return self._draw(rng_key, fitted, args, kwargs, "q0", 1)[0]
         bound = self._one_program_when_eager(self._bound, rng_key)
-        z, log_weight = bound(rng_key, fitted, args, kwargs, batch)
+        z, log_weight, diverged = bound(rng_key, fitted, args, kwargs, batch)
+        log_weight = log_weight - divergence_brake(step_sizes, diverged)
         _numpyro.emit_log_weight(f"{self.prefix}_log_weight", log_weight)
         return z
 
@@ -479,7 +498,7 @@ class AnnealedGuide(ContinuousGuide):
             idx = 0
         else:
             idx = jax.random.categorical(key_pick, jax.lax.stop_gradient(out.log_weights))
-        return out.z[idx], out.log_final_target[idx] - objective
+        return out.z[idx], out.log_final_target[idx] - objective, out.num_diverged / N
 
     def _sym_kl_term(self, fitted, args, kwargs, out, rng_key):
         """``−(w / K) · Ĵ`` with value 0: only its gradient in ``q0``'s location counts.

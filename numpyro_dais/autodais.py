@@ -47,9 +47,9 @@ class AutoDAIS(AnnealedGuide):
     :param float eta_max: upper bound of the learnt step sizes (in ``u`` when whitened).
         Default: ``1 / sqrt(λ)`` for HMC and ``1 / λ`` for Langevin (half the stability
         limit of the integrator), with ``λ`` the largest eigenvalue of the potential's
-        Hessian measured at set-up (at the mode in ``u``, where it is 1; else at the initial
-        point, floored by ``q0``'s own curvature ``1 / init_scale²``); :attr:`curvature`
-        holds ``λ``.
+        Hessian measured at set-up: in ``u``, 4 times its value at the mode (which is 1),
+        room for the curvature away from the mode; without whitening, at the initial point,
+        floored by ``q0``'s own curvature ``1 / init_scale²``. :attr:`curvature` holds ``λ``.
     :param float gamma_init: initial damping of the momentum refresh, in ``(0, 1)``.
     :param float init_scale: standard deviation of ``q0`` at the start when it is not
         whitened (``laplace_init=False``, ``D > 512``, or no usable mode at set-up).

