@@ -26,6 +26,7 @@ SCRIPTS = [
     "dsmcs_static_target",
     "gpvi_open_set",
     "gpvi_reproduction",
+    "real_models",
     "scaling_devices",
     "sldais_scaling",
     "sldais_vs_dais",
@@ -34,6 +35,7 @@ SCRIPTS = [
 NO_FIGURE = {
     "dsmcs_static_target",
     "gpvi_open_set",
+    "real_models",
     "scaling_devices",
     "sldais_scaling",
     "sldais_vs_dais",
@@ -43,6 +45,14 @@ NEEDS_SKLEARN = {"dais0_logistic", "gpvi_open_set", "sldais_vs_dais"}
 #: rows or sections a script's table must have, beyond the command and the machine
 EXPECTED = {
     "dsmcs_static_target": ("**hmc-paper**", "**Budget**", "Trained parameters under each rule"),
+    "real_models": (
+        "| ours q0 |",
+        "| ours importance |",
+        "| AutoNormal |",
+        "median max mean err",
+        "results > 1 sd off with no warning from our guide",
+        "## NUTS references",
+    ),
     "sldais_vs_dais": ("## breast-cancer", "| SL-DAIS K=8 |", "surrogate loss"),
     "gpvi_open_set": (
         "| GPVI (helper) |",
