@@ -31,7 +31,7 @@ from numpyro.infer.reparam import LocScaleReparam
 from scipy import stats
 
 import numpyro_dais
-from benchmarks import _real_models
+from benchmarks import _real_models, _sldais_case
 from benchmarks._common import (
     RESULTS_DIR,
     Stopwatch,
@@ -49,13 +49,18 @@ NUM_PARTICLES = 8
 LR = 1e-2
 
 SETTINGS = {
-    "full": dict(models=_real_models.NAMES, methods=None, steps=5000, draws=4000),
-    "quick": dict(models=_real_models.NAMES, methods=None, steps=1500, draws=1000),
-    "smoke": dict(
-        models=("ar2", "regression_uncentred"),
+    "full": dict(
+        models=_real_models.NAMES, methods=None, steps=5000, draws=4000, sldais_steps=40_000
+    ),
+    "quick": dict(
+        models=_real_models.NAMES, methods=None, steps=1500, draws=1000, sldais_steps=40_000
+    ),
+    "smoke": dict(  # the test suite's: seconds; numpyro's SL-DAIS case is left out
+        models=("regression_uncentred",),
         methods=("AutoNormal", "ours q0", "ours importance"),
         steps=50,
         draws=200,
+        sldais_steps=None,
     ),
 }
 
@@ -481,12 +486,22 @@ def summary_table(summ):
     )
 
 
-def targets(rows, summ):
-    """Rows ``(target, value, goal, met)`` for our guide, from the results."""
+def targets(rows, summ, sldais=None):
+    """Rows ``(target, value, goal, met)`` for our guide, from the results; ``sldais``:
+    ``(steps, our ELBO, AutoNormal's)`` on numpyro's SL-DAIS case, or ``None``."""
     out = []
 
     def add(label, value, goal, met):
         out.append([label, value, goal, "met" if met else "**missed**"])
+
+    if sldais is not None:
+        steps, ours, normal = sldais
+        add(
+            f"numpyro's test_autosldais case ({steps} steps): our SL-DAIS ELBO − AutoNormal's",
+            f"{ours - normal:+.2f} ({ours:.2f} vs {normal:.2f})",
+            "> +0.1",
+            ours - normal > 0.1,
+        )
 
     for k, stat, goal in (
         ("ours q0", "median_mean", 0.3),
@@ -644,11 +659,15 @@ def main(argv=None):
     sw = Stopwatch()
     with sw.lap("fits and draws"):
         rows = evaluate(models, methods, cfg["steps"], cfg["draws"], refs)
+    sldais = None
+    if cfg["sldais_steps"] and not (args.models or args.methods):  # float32, as numpyro's
+        with sw.lap("numpyro's SL-DAIS case"):
+            sldais = (cfg["sldais_steps"], *_sldais_case.run(cfg["sldais_steps"]))
     summ = summary(rows, methods)
     tables = {
         "per model": per_model_table(rows, models, methods),
         "summary": summary_table(summ),
-        "targets": targets(rows, summ),
+        "targets": targets(rows, summ, sldais),
     }
     for title, table in tables.items():
         print(f"\n{title}\n{table}")
