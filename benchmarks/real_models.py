@@ -335,9 +335,11 @@ def metrics(ref, names, flat):
             worst_sd_coord="",
         )
     ref_mean, ref_sd = np.asarray(ref["mean"]), np.asarray(ref["sd"])
-    mean_err = np.abs(ok.mean(0) - ref_mean) / ref_sd
+    with np.errstate(over="ignore", invalid="ignore"):  # finite but huge draws
+        mean, sd = ok.mean(0), ok.std(0, ddof=1)
+    mean_err = np.abs(mean - ref_mean) / ref_sd
     with np.errstate(divide="ignore"):
-        log_sd = np.abs(np.log(ok.std(0, ddof=1) / ref_sd))
+        log_sd = np.abs(np.log(sd / ref_sd))
     return dict(
         out,
         max_mean_err=float(mean_err.max()),
@@ -418,9 +420,9 @@ def _bad(x):
 def _cell(row):
     if row["error"]:
         return "crash"
-    text = f"{row['max_mean_err']:.2f} / {row['max_log_sd']:.2f}"
+    text = f"{_fmt(row['max_mean_err'])} / {_fmt(row['max_log_sd'])}"
     if row["nan_draws"]:
-        text += f" ({row['nan_draws']} NaN)"
+        text += f" ({row['nan_draws']} non-finite draws)"
     return text + (" ⚠" if row["warning"] else "")
 
 
@@ -433,7 +435,10 @@ def per_model_table(rows, models, methods):
 
 
 def _fmt(x):
-    return "inf" if np.isinf(x) else "nan" if np.isnan(x) else f"{x:.2f}"
+    """Two decimals; ``1.2e+05`` from 10⁴ on; ``inf``, ``nan``."""
+    if not np.isfinite(x):
+        return "inf" if np.isinf(x) else "nan"
+    return f"{x:.1e}" if abs(x) >= 1e4 else f"{x:.2f}"
 
 
 def summary(rows, methods):
