@@ -538,13 +538,19 @@ class AnnealedGuide(ContinuousGuide):
             z = u if fitted.affine is None else preconditioning.to_z(fitted.affine, u)
             return shard_particles(z, mesh)
         if method == "dais":
-            run = lambda k, n: self._run(k, fitted, args, kwargs, n, "omit").z
+
+            def run(key, n):  # a diverged particle's end point is no draw: NaN, reported
+                out = self._run(key, fitted, args, kwargs, n, "omit")
+                return jnp.where(jnp.isfinite(out.log_weights)[:, None], out.z, jnp.nan)
+
             return map_chunks(run, rng_key, num_draws, batch_size, mesh)
 
         def importance(key):
             key_run, key_pick = jax.random.split(key)
             out = self._run(key_run, fitted, args, kwargs, self.num_particles, "target")
-            return out.z[jax.random.categorical(key_pick, out.log_weights)]
+            z = out.z[jax.random.categorical(key_pick, out.log_weights)]
+            # every particle diverged: no draw (NaN, reported), not a diverged particle's z
+            return jnp.where(jnp.isfinite(jnp.max(out.log_weights)), z, jnp.nan)
 
         return map_batched(importance, jax.random.split(rng_key, num_draws), batch_size, mesh)
 
@@ -585,7 +591,7 @@ class AnnealedGuide(ContinuousGuide):
             args, kwargs = self._data(args, kwargs, method)
         else:
             check_q0_once(self, params)
-        return self._compiled(self._sample_posterior)(
+        draws = self._compiled(self._sample_posterior)(
             rng_key,
             fitted,
             params,
@@ -596,6 +602,29 @@ class AnnealedGuide(ContinuousGuide):
             batch_size,
             mesh,
         )
+        if method != "q0":
+            self._warn_if_not_finite(draws, method, self._num_draws(sample_shape))
+        return draws
+
+    def _warn_if_not_finite(self, draws, method, num_draws):
+        """Warn when annealed draws are not finite (every particle of their system diverged),
+        with the fix; nothing under ``jit``."""
+        bad = 0
+        for value in jax.tree.leaves(draws):
+            if isinstance(value, jax.core.Tracer):
+                return
+            finite = np.isfinite(np.asarray(value)).reshape(num_draws, -1)
+            bad = max(bad, int(np.sum(~np.all(finite, axis=-1))))
+        if bad:
+            warnings.warn(
+                f"{type(self).__name__}: {bad} of the {num_draws} {method!r} draws are not "
+                "finite: every "
+                "particle of their annealing diverged. The transitions are unstable for this "
+                "posterior: train longer (the step sizes shorten after divergences), pass a "
+                "smaller `eta_max`, or draw from q0 (method='q0').",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     def _sample_posterior(
         self, rng_key, fitted, params, args, kwargs, sample_shape, method, batch_size, mesh=None

@@ -245,3 +245,16 @@ def test_q0_used_as_the_posterior_is_checked_once():
         quiet.median(moved)
     with pytest.raises(TypeError, match="self_check"):
         AutoDAIS(models.linear_gaussian, self_check="yes")
+
+
+def test_annealed_draws_that_are_not_finite_are_loud():
+    """Steps far beyond the integrator's stability limit: every particle diverges, and the
+    importance draws, which have nothing to pick from, are reported, not returned silently."""
+    y = models.linear_gaussian_data()
+    guide = AutoDAIS(models.linear_gaussian, K=8, num_particles=4, eta_init=50.0, eta_max=100.0)
+    svi = _svi(models.linear_gaussian, guide)
+    params = svi.get_params(svi.init(jax.random.key(0), y))
+    with pytest.warns(RuntimeWarning, match="of the 20 'importance' draws are not finite"):
+        guide.sample_posterior(
+            jax.random.key(1), params, y, sample_shape=(20,), method="importance"
+        )

@@ -135,7 +135,7 @@ DAMPINGS = (1e-12, 1e-9, 1e-6, 1e-4, 1e-2, 1.0, 1e2, 1e4)
 def find_mode(
     log_density: Callable,
     z: jax.Array,
-    max_iters: int = 100,
+    max_iters: int = 500,
     tol: float = 1e-4,
     curvature_density: Callable | None = None,
     forward: bool = True,
@@ -152,7 +152,9 @@ def find_mode(
     coordinates, so an uncentred or badly scaled covariate (curvatures spread over many
     orders of magnitude) costs no more iterations than a standardised one, where a
     first-order method crawls along the narrow ridge. It stops when the Newton decrement
-    falls to ``tol`` nats, when no step rises, or after ``max_iters`` iterations.
+    falls to ``tol`` nats, when no step rises, or after ``max_iters`` iterations (most
+    posteriors need under 20; a flat-prior regression on collinear predictors, whose flattest
+    direction is 10⁸ times flatter than its steepest, a few hundred).
 
     ``curvature_density``: the Hessians (and the one returned) are of this density instead
     (quasi-Newton: a cheap surrogate of ``ℓ`` with the same curvature); the mode is ``ℓ``'s.
