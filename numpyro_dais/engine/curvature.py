@@ -143,13 +143,13 @@ def find_mode(
     """Damped saddle-free Newton ascent from ``z (D,)`` to a mode of ``ℓ``.
 
     Each iteration forms the Hessian ``H = −∇²ℓ`` (``D`` Hessian-vector products) and tries
-    the steps ``s_j = (|H| + μ_j λ_max I)⁻¹ ∇ℓ`` for all the dampings ``μ_j`` of
-    :data:`DAMPINGS` at once (a Levenberg-Marquardt trust region: small ``μ`` is Newton's
-    step, large ``μ`` a short gradient step), and takes the least damped one whose rise is
-    at least a tenth of what its quadratic model predicts. ``|H|``, the Hessian with its
-    eigenvalues replaced by their magnitudes, climbs out of saddles and convex regions
-    instead of being drawn to them. Newton's step is invariant to linear changes of
-    coordinates, so an uncentred or badly scaled covariate (curvatures spread over many
+    the steps ``s_j = (|H| + μ_j c I)⁻¹ ∇ℓ``, ``c = max(λ_max, ‖∇ℓ‖)``, for all the
+    dampings ``μ_j`` of :data:`DAMPINGS` at once (a Levenberg-Marquardt trust region: small
+    ``μ`` is Newton's step, large ``μ`` a short gradient step), and takes the least damped
+    one whose rise is at least a tenth of what its quadratic model predicts. ``|H|``, the
+    Hessian with its eigenvalues replaced by their magnitudes, climbs out of saddles and
+    convex regions instead of being drawn to them. Newton's step is invariant to linear
+    changes of coordinates, so an uncentred or badly scaled covariate (curvatures spread over many
     orders of magnitude) costs no more iterations than a standardised one, where a
     first-order method crawls along the narrow ridge. It stops when the Newton decrement
     falls to ``tol`` nats, when no step rises, or after ``max_iters`` iterations (most
@@ -181,7 +181,10 @@ def find_mode(
         i, z, lin, _ = carry
         value, g, _, magnitudes, vectors = lin
         c = vectors.T @ g
-        shift = dampings[:, None] * jnp.max(magnitudes) + jnp.finfo(z.dtype).tiny
+        # relative to the gradient too: where the likelihood saturates its curvature vanishes
+        # and even λ_max-scaled damping would leave a step far too long to rise
+        scale = jnp.maximum(jnp.max(magnitudes), jnp.linalg.norm(g))
+        shift = dampings[:, None] * scale + jnp.finfo(z.dtype).tiny
         a = c[None, :] / (magnitudes[None, :] + shift)  # (J, D) the steps in H's eigenbasis
         predicted = a @ c - 0.5 * (a**2) @ magnitudes
         steps = a @ vectors.T

@@ -152,3 +152,21 @@ def test_hessian_vector_products_through_a_custom_vjp():
     expected = jax.hessian(lambda z: -jnp.sum(z**6))(z) @ v
     product = curvature.hvp(log_density, z, v, forward=False)
     np.testing.assert_allclose(product, expected, rtol=1e-5)
+
+
+def test_find_mode_leaves_a_fully_saturated_logistic_start():
+    """scikit-learn's breast cancer set on 5 raw (unstandardised) features, values up to
+    ~2500: from a start in (−2, 2) every logit is in the hundreds or thousands, where the
+    likelihood's curvature is exactly 0 in float32 and its gradient enormous, so steps damped
+    relative to the curvature alone all overshoot (the search stalled at its first
+    iteration); damped relative to the gradient's norm too, it reaches the mode."""
+    datasets = pytest.importorskip("sklearn.datasets")
+    data = datasets.load_breast_cancer()
+    X = jnp.asarray(np.c_[np.ones(569), data.data[:, :5]], jnp.float32)
+    y = jnp.asarray(data.target, bool)
+    log_density = lambda z: (
+        jnp.sum(jnp.where(y, jax.nn.log_sigmoid(X @ z), jax.nn.log_sigmoid(-X @ z)))
+        - 0.5 * z @ z / 100
+    )
+    mode = curvature.find_mode(log_density, jnp.array([1.5, -1.0, 0.5, 1.2, -0.7, 1.9]))
+    assert int(mode.num_iters) > 1 and bool(mode.converged), mode
