@@ -77,12 +77,12 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
     key = jax.random.key(0)  # a fixed start: the set-up is deterministic
 
     def measure(dynamics, start, init, forward):
-        # λ_max at the initial point: the step-size cap when q0 is not whitened
-        lam = curvature.max_eigenvalue(key, dynamics, init, forward=forward)
-        mode = None
+        # λ_max at the initial point (the step-size cap when q0 is not whitened): read off the
+        # Hessian that the mode search forms there, else by power iteration
         if laplace:
             mode = curvature.find_mode(start, init, curvature_density=dynamics, forward=forward)
-        return lam, mode
+            return mode.start_curvature, mode
+        return curvature.max_eigenvalue(key, dynamics, init, forward=forward), None
 
     try:
         measured = guide._on_dynamics(measure, args, kwargs, model_params, key, init, True)

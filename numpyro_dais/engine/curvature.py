@@ -115,7 +115,8 @@ class Mode(NamedTuple):
     z: jax.Array
     """``(D,)`` the point reached."""
     neg_hessian: jax.Array
-    """``(D, D)`` the potential's Hessian ``−∇²ℓ`` there (of ``curvature_density``)."""
+    """``(D, D)`` the potential's Hessian ``−∇²ℓ`` (of ``curvature_density``) at the last
+    point linearised: ``z`` itself, unless the iterations ran out (then one step before)."""
     decrement: jax.Array
     """``()`` the Newton decrement ``gᵀ|H|⁻¹g / 2`` there: the rise (nats) that the local
     quadratic model still predicts; about ``d² / 2`` for a point ``d`` posterior standard
@@ -124,6 +125,9 @@ class Mode(NamedTuple):
     """``()`` iterations taken."""
     rise: jax.Array
     """``()`` ``ℓ(z) − ℓ(z_start)``, the log density gained from the start."""
+    start_curvature: jax.Array
+    """``()`` the largest eigenvalue of ``−∇²ℓ`` at the start (at least 0; ``inf`` when not
+    finite): what power iteration would estimate there, without its error."""
     converged: jax.Array
     """``()`` bool: ``decrement ≤ tol`` at a maximum (no negative curvature of ``ℓ``)."""
 
@@ -165,48 +169,43 @@ def find_mode(
     """
     curvature_density = curvature_density or log_density
     dampings = jnp.asarray(DAMPINGS, z.dtype)
+    tiny = jnp.finfo(z.dtype).tiny
 
-    def linearise(z):
+    def body(carry):  # one linearisation per iteration: the Hessian is compiled once
+        i, z, _, _, start_curvature, _ = carry
         value, g = jax.value_and_grad(log_density)(z)
         neg_hess = neg_hessian(curvature_density, z, forward=forward)
         eigenvalues, vectors = jnp.linalg.eigh((neg_hess + neg_hess.T) / 2)
-        return value, g, neg_hess, jnp.abs(eigenvalues), vectors
-
-    def decrement_of(g, magnitudes, vectors):
+        magnitudes = jnp.abs(eigenvalues)
         c = vectors.T @ g
-        floor = DAMPINGS[0] * jnp.max(magnitudes) + jnp.finfo(z.dtype).tiny
-        return 0.5 * jnp.sum(c**2 / (magnitudes + floor))
-
-    def body(carry):
-        i, z, lin, _ = carry
-        value, g, _, magnitudes, vectors = lin
-        c = vectors.T @ g
+        decrement = 0.5 * jnp.sum(c**2 / (magnitudes + DAMPINGS[0] * jnp.max(magnitudes) + tiny))
+        finite = jnp.isfinite(value) & jnp.all(jnp.isfinite(g)) & jnp.all(jnp.isfinite(neg_hess))
+        decrement = jnp.where(finite, decrement, jnp.inf)
         # relative to the gradient too: where the likelihood saturates its curvature vanishes
         # and even λ_max-scaled damping would leave a step far too long to rise
         scale = jnp.maximum(jnp.max(magnitudes), jnp.linalg.norm(g))
-        shift = dampings[:, None] * scale + jnp.finfo(z.dtype).tiny
-        a = c[None, :] / (magnitudes[None, :] + shift)  # (J, D) the steps in H's eigenbasis
+        a = c[None, :] / (magnitudes[None, :] + dampings[:, None] * scale + tiny)  # (J, D)
         predicted = a @ c - 0.5 * (a**2) @ magnitudes
         steps = a @ vectors.T
         rise = jax.vmap(log_density)(z + steps) - value
         good = jnp.isfinite(rise) & (rise > 0) & (rise >= 0.1 * predicted)
         good = good & jnp.all(jnp.isfinite(steps), axis=-1)
-        moves = jnp.any(good)
+        moves = jnp.any(good) & finite & (decrement > tol)
         z = jnp.where(moves, z + steps[jnp.argmax(good)], z)
-        lin = jax.lax.cond(moves, linearise, lambda _: lin, z)
-        return i + 1, z, lin, ~moves
+        top = jnp.where(finite, jnp.maximum(eigenvalues[-1], 0.0), jnp.inf)
+        start_curvature = jnp.where(i == 0, top, start_curvature)
+        # a maximum, not a minimum or saddle: no curvature of the wrong sign beyond round-off
+        concave = eigenvalues[0] >= -1e-6 * jnp.max(magnitudes)
+        stats = (decrement, (decrement <= tol) & concave)
+        return i + 1, z, neg_hess, stats, start_curvature, ~moves
 
-    def keep_going(carry):
-        i, _, (value, g, neg_hess, magnitudes, vectors), stalled = carry
-        finite = jnp.isfinite(value) & jnp.all(jnp.isfinite(g)) & jnp.all(jnp.isfinite(neg_hess))
-        return (i < max_iters) & ~stalled & finite & (decrement_of(g, magnitudes, vectors) > tol)
-
-    carry = (jnp.zeros((), jnp.int32), z, linearise(z), jnp.zeros((), bool))
-    start_value = carry[2][0]
-    i, z, (value, g, neg_hess, magnitudes, vectors), _ = jax.lax.while_loop(keep_going, body, carry)
-    decrement = decrement_of(g, magnitudes, vectors)
-    decrement = jnp.where(jnp.isfinite(decrement), decrement, jnp.inf)
-    # a maximum, not a minimum or saddle: no curvature of the wrong sign beyond round-off
-    lowest = jnp.min(jnp.linalg.eigvalsh((neg_hess + neg_hess.T) / 2))
-    concave = lowest >= -1e-6 * jnp.max(magnitudes)
-    return Mode(z, neg_hess, decrement, i, value - start_value, (decrement <= tol) & concave)
+    D = jnp.shape(z)[0]
+    start_value = log_density(z)
+    no = jnp.zeros((), bool)
+    init = (jnp.zeros((), jnp.int32), z, jnp.zeros((D, D), z.dtype))
+    init += ((jnp.asarray(jnp.inf, z.dtype), no), jnp.zeros((), z.dtype), no)
+    i, z, neg_hess, (decrement, converged), start_curvature, _ = jax.lax.while_loop(
+        lambda c: (c[0] < max_iters) & ~c[5], body, init
+    )
+    rise = log_density(z) - start_value
+    return Mode(z, neg_hess, decrement, i, rise, start_curvature, converged)
