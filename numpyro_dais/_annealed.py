@@ -120,8 +120,7 @@ def divergence_brake(step_sizes, fraction):
     it is the one gradient they get on such a step, and it shortens them until trajectories
     stay stable again."""
     brake = -jnp.sum(jnp.log(step_sizes))
-    fraction = jax.lax.stop_gradient(fraction)
-    return jnp.where(fraction > 0, fraction * (brake - jax.lax.stop_gradient(brake)), 0.0)
+    return jax.lax.stop_gradient(fraction) * (brake - jax.lax.stop_gradient(brake))
 
 
 class AnnealedGuide(ContinuousGuide):
@@ -257,7 +256,7 @@ class AnnealedGuide(ContinuousGuide):
         if self._step_bounds is not None:
             return
         setup = _setup.set_up(self, args, kwargs, params)
-        self._affine_start, self._step_bounds, self.curvature = setup[:3]
+        self._affine_start, self._step_bounds, self.curvature = setup
 
     def _on_dynamics(self, fn, args, kwargs, params, key, *operands):
         """``fn(dynamics, start, *operands)`` for the dynamics' log density on this call's

@@ -52,8 +52,6 @@ class SetUp(NamedTuple):
     curvature: float | None
     """``λ`` behind the default ``eta_max`` (in ``u`` when whitened: :data:`BULK_MARGIN`
     times the curvature at the mode), ``None`` if given."""
-    mode: curvature.Mode | None
-    """The mode search's result (host arrays), ``None`` without a Laplace start."""
 
 
 def _concrete(x):
@@ -100,7 +98,7 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
     else:
         floor = 1.0 / guide.init_scale**2
         _warn_if_stiff(name, lam, guide.init_scale, dim, guide.laplace_init and laplace)
-    return SetUp(affine, *_step_bounds(guide, lam, floor), mode)
+    return SetUp(affine, *_step_bounds(guide, lam, floor))
 
 
 #: ``rise / (½ d²)`` below which the end point of the mode search is taken for a degenerate

@@ -3,8 +3,8 @@
 Leapfrog with unit mass is stable only for ``η < 2 / sqrt(λ_max)``, where ``λ_max`` is the
 largest eigenvalue of the negative Hessian ``−∇²ℓ``; explicit Euler steps (Langevin) need
 ``δ < 2 / λ_max``. :func:`max_eigenvalue` estimates ``λ_max`` by power iteration on
-Hessian-vector products (forward-over-reverse), never forming the Hessian; where the Hessian
-is formed anyway (the Laplace start), :func:`max_eigenvalue_dense` reads it off exactly.
+Hessian-vector products, never forming the Hessian; where the Hessian is formed anyway (the
+mode search), :func:`find_mode` reads it off exactly at the start (``Mode.start_curvature``).
 
 A posterior far narrower than ``q0`` along a coordinate (an unscaled covariate) also defeats
 the optimiser, which moves a parameter by about its learning rate per step:
@@ -21,7 +21,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 
 def _forward_over_reverse(log_density, z, v):
@@ -85,15 +84,6 @@ def max_eigenvalue(
     shifted = _power_iteration(key_shifted, lambda v: potential_hvp(v) - lam * v, z, num_iters)
     lam = jnp.where(lam < 0, shifted + lam, lam)
     return jnp.where(jnp.isfinite(lam), jnp.maximum(lam, 0.0), jnp.inf)
-
-
-def max_eigenvalue_dense(neg_hess: np.ndarray) -> float:
-    """Largest eigenvalue of a formed potential Hessian ``−∇²ℓ`` ``(D, D)``, at least 0,
-    ``inf`` when it is not finite: :func:`max_eigenvalue` without its iteration error."""
-    h = np.asarray(neg_hess, np.float64)
-    if not np.all(np.isfinite(h)):
-        return np.inf
-    return max(float(np.linalg.eigvalsh((h + h.T) / 2)[-1]), 0.0)
 
 
 def neg_hessian(

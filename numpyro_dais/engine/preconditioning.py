@@ -36,13 +36,6 @@ def to_z(affine: Affine, u: jax.Array) -> jax.Array:
     return affine.loc + u @ affine.scale_tril.T
 
 
-def to_u(affine: Affine, z: jax.Array) -> jax.Array:
-    """``L⁻¹(z − m)`` for ``z (..., D)``."""
-    flat = jnp.reshape(z - affine.loc, (-1, jnp.shape(z)[-1]))
-    u = jax.scipy.linalg.solve_triangular(affine.scale_tril, flat.T, lower=True).T
-    return jnp.reshape(u, jnp.shape(z))
-
-
 def log_abs_det(affine: Affine) -> jax.Array:
     """``log |det L|``, shape ``()``."""
     return jnp.sum(jnp.log(jnp.diagonal(affine.scale_tril)))

@@ -13,7 +13,7 @@ def _power(log_density, z, num_iters=20):
 
 
 def _dense(log_density, z, num_iters=None):
-    return curvature.max_eigenvalue_dense(curvature.neg_hessian(log_density, z))
+    return curvature.find_mode(log_density, z, max_iters=1).start_curvature
 
 
 #: both ways to λ_max: power iteration (no Hessian formed) and the formed Hessian's
