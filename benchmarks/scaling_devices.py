@@ -136,10 +136,17 @@ def worker(m, particles, batch_size, repeats, rows):
     )
 
 
-def run_child(m, cfg):
-    """:func:`worker` in a fresh process with ``m`` devices; its dict."""
-    env = dict(os.environ)
-    if jax.default_backend() == "cpu":
+def run_child(m, cfg, platform=None):
+    """:func:`worker` in a fresh process with ``m`` devices; its dict.
+
+    ``platform="cpu"`` forces the host CPU (on an accelerator machine: the same-machine
+    baseline); the child does not preallocate accelerator memory, so the allocator's peak
+    is the program's.
+    """
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    if platform is not None:
+        env["JAX_PLATFORMS"] = platform
+    if platform == "cpu" or jax.default_backend() == "cpu":
         flags = env.get("XLA_FLAGS", "")
         env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={m}".strip()
     args = [str(m), str(cfg["particles"]), str(cfg["batch_size"]), str(cfg["repeats"])]
@@ -154,6 +161,11 @@ def run_child(m, cfg):
     if proc.returncode:
         raise RuntimeError(f"{m} devices: child failed\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def label(row, accelerator):
+    """The device count, with the platform on an accelerator machine (GPU rows vs host CPU)."""
+    return f"{row['devices']} ({row['platform']})" if accelerator else row["devices"]
 
 
 def mib(x):
@@ -174,13 +186,19 @@ def main(argv=None):
         return
     args = parse_args(__doc__.splitlines()[0], argv)
     cfg = SETTINGS[args.mode]
+    accelerator = jax.default_backend() != "cpu"
+    counts = [m for m in cfg["devices"] if not accelerator or m <= jax.device_count()]
     stopwatch = Stopwatch()
     rows = []
-    for m in cfg["devices"]:
+    for m in counts:
         with stopwatch.lap(f"{m} devices"):
             rows.append(run_child(m, cfg))
         print(rows[-1], flush=True)
     base = rows[0]
+    if accelerator:
+        with stopwatch.lap("host cpu, 1 device"):
+            rows.append(run_child(1, cfg, platform="cpu"))
+        print(rows[-1], flush=True)
     table = markdown_table(
         [
             "devices",
@@ -195,7 +213,7 @@ def main(argv=None):
         ],
         [
             [
-                r["devices"],
+                label(r, accelerator),
                 f"{r['seconds']:.3f}",
                 vs_base(r, base, "seconds"),
                 mib(r["xla_bytes"]),
@@ -220,7 +238,7 @@ def main(argv=None):
         ],
         [
             [
-                r["devices"],
+                label(r, accelerator),
                 f"{r['train_seconds']:.3f}",
                 vs_base(r, base, "train_seconds"),
                 mib(r["train_xla_bytes"]),
@@ -238,7 +256,14 @@ def main(argv=None):
             f"`log_evidence` with {cfg['particles']:,} particles, batch_size = {batch}, "
             f"split over a mesh of the first m devices ({base['platform']}); "
             f"median of {cfg['repeats']} warm calls. Ratios against 1 device (no mesh) "
-            "in this run.",
+            "in this run."
+            + (
+                f" Device counts above the {jax.device_count()} this machine has are skipped; "
+                "the last row runs the same program on this machine's host CPU (one device, "
+                f"{os.cpu_count()} cores): accelerator against CPU in one run."
+                if accelerator
+                else ""
+            ),
             "",
             table,
             "",
