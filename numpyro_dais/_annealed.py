@@ -24,8 +24,8 @@ from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffin
 from numpyro.infer.initialization import init_to_uniform
 
 from numpyro_dais import _numpyro, _setup
-from numpyro_dais._autoguide import (
-    ContinuousGuide,
+from numpyro_dais._autoguide import ContinuousGuide
+from numpyro_dais._checks import (
     check_batch_size,
     check_choice,
     check_mesh,
@@ -33,13 +33,10 @@ from numpyro_dais._autoguide import (
     check_positive_int,
     check_sample_shape,
     check_step_sizes,
-    jit_by_leaves,
-    map_batched,
-    map_chunks,
-    report_diverged,
-    shard_particles,
 )
+from numpyro_dais._reporting import report_diverged
 from numpyro_dais._selfcheck import check_q0_once
+from numpyro_dais._vectorise import jit_by_leaves, map_batched, map_chunks, shard_particles
 from numpyro_dais.engine import dais, dais0, gaussian, preconditioning, samplers, smc, weights
 from numpyro_dais.engine.annealing import betas_from_increments
 from numpyro_dais.engine.transitions import KERNELS

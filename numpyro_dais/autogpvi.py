@@ -24,19 +24,18 @@ from numpyro.distributions import constraints
 from numpyro.infer.initialization import init_to_uniform
 
 from numpyro_dais import _numpyro
-from numpyro_dais._autoguide import (
-    ContinuousGuide,
+from numpyro_dais._autoguide import ContinuousGuide
+from numpyro_dais._checks import (
     check_batch_size,
     check_choice,
     check_mesh,
     check_positive_float,
     check_positive_int,
     check_sample_shape,
-    log_joint,
-    map_batched,
-    shard_particles,
-    warn_from_jit,
 )
+from numpyro_dais._modelview import log_joint
+from numpyro_dais._reporting import warn_from_jit
+from numpyro_dais._vectorise import map_batched, shard_particles
 from numpyro_dais.engine import gpvi, networks
 
 #: ``"auto"``: the exact solve up to :data:`EXACT_MAX_DIM` latent dimensions, else the helper
@@ -91,7 +90,7 @@ def _warn(
 
 def _report(guide_name, is_helper, nonfinite_steps, num_nonfinite, out, total):
     """Warn from inside jitted code (one host call, made only when something went wrong);
-    returns the ``0.0`` to add to the loss (:func:`~numpyro_dais._autoguide.warn_from_jit`)."""
+    returns the ``0.0`` to add to the loss (:func:`~numpyro_dais._reporting.warn_from_jit`)."""
     return warn_from_jit(
         functools.partial(_warn, guide_name, is_helper, nonfinite_steps),
         (num_nonfinite, out.num_fallback),

@@ -14,7 +14,7 @@ importance sampling" (SL-DAIS; NS-DAIS is their naive-subsampling baseline); Zen
 import warnings
 
 from numpyro_dais._annealed import AnnealedGuide, init_to_uniform, preset_options
-from numpyro_dais._autoguide import check_choice, check_positive_int
+from numpyro_dais._checks import check_choice, check_positive_int
 from numpyro_dais.autodsmcs import RESAMPLING_OPTIONS, resampling_configs
 from numpyro_dais.targets import NaiveMiniBatch, Surrogate
 

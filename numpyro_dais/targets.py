@@ -23,9 +23,9 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import potential_energy
 
 from numpyro_dais import _numpyro
-from numpyro_dais._autoguide import (
+from numpyro_dais._checks import check_full_data
+from numpyro_dais._modelview import (
     ModelView,
-    check_full_data,
     log_joint,
     subsampled_plates,
     trace_without_sampling,

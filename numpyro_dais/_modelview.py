@@ -1,0 +1,86 @@
+"""The model, seen from a guide: its log joint in the flat unconstrained space, and its plates.
+
+The log joint used by the dynamics is rebuilt from the arguments of the *current* call and
+the *current* values of the model's ``numpyro.param`` sites (:func:`log_joint`).
+"""
+
+import contextlib
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax.numpy as jnp
+from numpyro import handlers
+from numpyro.infer.initialization import init_to_uniform
+from numpyro.infer.util import log_density
+
+from numpyro_dais import _numpyro
+
+
+class ModelView(NamedTuple):
+    """What evaluating the model's log joint needs, without the guide object."""
+
+    guide_name: str
+    model: Callable  # the model behind any handlers.block wrappers
+    unpack: Callable  # flat unconstrained z (..., D) -> {site: unconstrained value}
+    transforms: dict  # {site: bijection from unconstrained to the site's support}
+    hidden_sites: tuple  # latent sites the guide's model hides (drawn by earlier guides)
+
+
+def log_joint(view: ModelView, args, kwargs, model_params, handler=None) -> Callable:
+    """``z (D,) -> ℓ(z) = log p(x, z)`` in the unconstrained space (Jacobians included),
+    built from *this* call's data and the *current* model parameters.
+
+    Inside an ``AutoGuideList`` the guide's model hides the sites of the other parts; the
+    log joint then conditions on their values drawn earlier in the same guide run.
+    ``handler``: an optional numpyro messenger applied to the model's run (inside the
+    ``block``), e.g. to reweight likelihood sites for a surrogate log likelihood.
+    """
+    fixed = _hidden_values(view)
+    inner = handler if handler is not None else contextlib.nullcontext()
+
+    def ell(z):
+        values, log_det = {}, 0.0
+        for name, u in view.unpack(z).items():
+            transform = view.transforms[name]
+            values[name] = transform(u)
+            log_det = log_det + jnp.sum(transform.log_abs_det_jacobian(u, values[name]))
+        with handlers.block(), handlers.substitute(data=model_params), inner:
+            log_p, _ = log_density(view.model, args, kwargs, {**fixed, **values})
+        return log_p + log_det
+
+    return ell
+
+
+def _hidden_values(view: ModelView) -> dict:
+    if not view.hidden_sites:
+        return {}
+    found = _numpyro.enclosing_trace_values(view.hidden_sites)
+    missing = [k for k in view.hidden_sites if k not in found]
+    if missing:
+        raise ValueError(
+            f"{view.guide_name} runs its dynamics on the full model, but sites {missing} are "
+            "hidden from it (handlers.block) and were not drawn earlier in this guide run. "
+            "Use it inside an AutoGuideList after the guide for those sites, or use "
+            "method='q0', which needs no dynamics."
+        )
+    return found
+
+
+def subsampled_plates(trace) -> dict:
+    """Plates of ``trace`` that subsample: ``{name: (size, subsample_size)}``."""
+    return {
+        name: (site["args"][0], site["args"][1])
+        for name, site in trace.items()
+        if site["type"] == "plate"
+        and isinstance(site["args"][1], int)
+        and site["args"][0] > site["args"][1]
+    }
+
+
+def trace_without_sampling(model, args, kwargs):
+    """A trace of ``model`` whose latent sites take values from ``init_to_uniform`` instead of
+    being sampled, so improper priors (``dist.ImproperUniform``) need no sampler."""
+    # seed inside substitute: the seed handler must give each site its key first
+    seeded = handlers.substitute(handlers.seed(model, rng_seed=0), substitute_fn=init_to_uniform)
+    with handlers.block():
+        return handlers.trace(seeded).get_trace(*args, **kwargs)

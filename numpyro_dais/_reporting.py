@@ -1,0 +1,78 @@
+"""Warnings from inside jitted code: a host call behind a ``lax.cond``, once per step."""
+
+import functools
+import warnings
+
+import jax
+import jax.numpy as jnp
+from jax.custom_batching import custom_vmap
+
+from numpyro_dais._hostcall import host_call
+
+
+def warn_from_jit(warn_fn, counts, total, values=()) -> jax.Array:
+    """Call the host function ``warn_fn(*counts, total, *values)`` from inside jitted code
+    when any of the scalar ``counts`` (e.g. diverged particles, out of ``total``) is positive.
+
+    Returns a float32 ``0.0`` that the caller **must add to a value the compiled program
+    returns** (the loss): the call (:func:`numpyro_dais._hostcall.host_call`) sits inside a
+    ``lax.cond``, and XLA keeps it only while its result is used. On CPU the call is an XLA
+    FFI custom call, not a JAX host callback, so a step where nothing diverged costs what
+    the same step without the check costs (``benchmarks/autodais_vs_numpyro.py``); other
+    platforms use ``jax.pure_callback``. Under ``jax.grad`` alone (no value) the check is
+    dropped with the value.
+
+    Under ``vmap`` (e.g. ``Trace_ELBO(num_particles=B)``) the batch is reduced first, the
+    counts and ``total`` by their sum and ``values`` by their max, so the host is called once
+    per step, not once per element (a ``cond`` under ``vmap`` would become a ``select`` and
+    call the host on every step).
+    """
+    args = tuple(jax.lax.stop_gradient(jnp.asarray(x)) for x in (*counts, total, *values))
+    num_summed = len(counts) + 1
+
+    @custom_vmap
+    def report(args):
+        fire = functools.reduce(jnp.logical_or, [c > 0 for c in args[: num_summed - 1]])
+        return jax.lax.cond(
+            fire,
+            lambda a: host_call(warn_fn, a),
+            lambda a: jnp.zeros((), jnp.float32),
+            args,
+        )
+
+    @report.def_vmap
+    def report_batched(axis_size, in_batched, args):
+        reduced = []
+        for i, (x, batched) in enumerate(zip(args, in_batched[0], strict=True)):
+            if i < num_summed:
+                reduced.append(jnp.sum(x, axis=0) if batched else x * axis_size)
+            else:
+                reduced.append(jnp.max(x, axis=0) if batched else x)
+        return report(tuple(reduced)), False
+
+    return report(args)
+
+
+def _warn_diverged(guide_name, step_info, num_diverged, num_particles):
+    n, total = int(num_diverged), int(num_particles)
+    msg = (
+        f"{guide_name}: {n} of {total} particle trajectories diverged (non-finite weight, or "
+        "an energy error far beyond a stable integrator's) and were dropped from the bound; "
+        "their gradients were zeroed."
+    )
+    if n >= total:
+        msg += " All particles diverged: the loss is not finite. " + (step_info or "")
+        msg += (
+            " If training ran well before this, the learning rate may have thrown the "
+            "parameters off: lower it, or run SVI with `stable_update=True`."
+        )
+    warnings.warn(msg, RuntimeWarning, stacklevel=2)
+
+
+def report_diverged(guide_name, num_diverged, num_particles, step_info="") -> jax.Array:
+    """Warn from inside jitted code when trajectories diverged; ``step_info`` says what the
+    step sizes are and how to fix them (the guide knows, the engine does not). Returns the
+    ``0.0`` of :func:`warn_from_jit`, to be added to the loss."""
+    return warn_from_jit(
+        functools.partial(_warn_diverged, guide_name, step_info), (num_diverged,), num_particles
+    )
