@@ -1,17 +1,12 @@
 """MCMC-augmented variational inference for NumPyro: DAIS, SL-DAIS, DSMCS and GPVI guides."""
 
-from numpyro_dais._annealed import LogEvidence, SMCDiagnostics, TransportReport
 from numpyro_dais.arviz import to_inference_data
 from numpyro_dais.autodais import AutoDAIS
 from numpyro_dais.autodsmcs import AutoDSMCS
 from numpyro_dais.autogpvi import AutoGPVI
 from numpyro_dais.autosldais import AutoSurrogateLikelihoodDAIS, AutoSurrogateLikelihoodDSMCS
-from numpyro_dais.diagnostics import (
-    TransitionParams,
-    plot_ess,
-    plot_transitions,
-    transition_params,
-)
+from numpyro_dais.diagnostics import plot_ess, plot_transitions, transition_params
+from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransitionParams, TransportReport
 
 __version__ = "0.1.0"
 

@@ -10,92 +10,30 @@ References: Geffner & Domke (2021); Zhang et al. (2021); Zenn & Bamler (2023), D
 DSMCS; Jankowiak & Phan (2022), SL-DAIS.
 """
 
-import math
-import warnings
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
-import numpyro.distributions as dist
 from numpyro.distributions import constraints
-from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffine
 from numpyro.infer.initialization import init_to_uniform
 
-from numpyro_dais import _numpyro, _setup
+from numpyro_dais import _numpyro, _objective, _sampling, _setup
 from numpyro_dais._autoguide import ContinuousGuide
 from numpyro_dais._checks import (
-    check_batch_size,
     check_choice,
     check_mesh,
     check_positive_float,
     check_positive_int,
-    check_sample_shape,
     check_step_sizes,
 )
-from numpyro_dais._reporting import report_diverged
-from numpyro_dais._selfcheck import check_q0_once
-from numpyro_dais._vectorise import jit_by_leaves, map_batched, map_chunks, shard_particles
-from numpyro_dais.engine import dais, dais0, gaussian, preconditioning, samplers, smc, weights
+from numpyro_dais._queries import POSTERIOR_METHODS, PosteriorQueries
+from numpyro_dais._sampling import Fitted
+from numpyro_dais._vectorise import jit_by_leaves
+from numpyro_dais.engine import dais, gaussian, preconditioning, samplers
 from numpyro_dais.engine.annealing import betas_from_increments
 from numpyro_dais.engine.transitions import KERNELS
 
-POSTERIOR_METHODS = ("q0", "dais", "importance")
 BASE_DISTS = ("diagonal", "cholesky")
-
-
-class LogEvidence(NamedTuple):
-    """Result of ``log_evidence``: an AIS (or SMC) estimate of ``log Z``, its ESS and its
-    standard error."""
-
-    log_Z: jax.Array
-    """``()`` estimate of ``log Z = log p(x)`` (log-mean-exp of the weights)."""
-    ess: jax.Array
-    """``()`` effective sample size of those weights, in ``[1, num_particles]``."""
-    se: jax.Array
-    """``()`` standard error of ``log_Z`` (delta method on the weights, through the
-    genealogy for SMC: :func:`numpyro_dais.engine.weights.log_mean_exp_se`); too small when
-    ``ess`` is small."""
-
-
-class TransportReport(NamedTuple):
-    """Result of ``transport_check``: ``q0`` against the annealed end points."""
-
-    ok: bool
-    """``True`` when every coordinate is within both tolerances."""
-    mean_shift: dict
-    """``{site: array}`` ``(mean_q0 − mean_end) / std_end``, in the unconstrained space."""
-    std_ratio: dict
-    """``{site: array}`` ``std_q0 / std_end``, in the unconstrained space."""
-    worst: str
-    """The coordinate (e.g. ``"w[0]"``) with the largest standardised mean shift."""
-    message: str
-    """A one-paragraph verdict, with the fix when ``ok`` is ``False``."""
-
-
-class Fitted(NamedTuple):
-    """A guide's parameters, as the sampler uses them."""
-
-    q0: gaussian.Gaussian
-    """``q0`` in the sampler's coordinates (``u`` when whitened, else ``z``)."""
-    anneal: dais.AnnealParams
-    """The annealing parameters."""
-    affine: preconditioning.Affine | None
-    """The whitening ``z = m + L u``, or ``None``."""
-    model_params: dict
-    """The model's ``numpyro.param`` values and the target's own (surrogate weights)."""
-
-
-class SMCDiagnostics(NamedTuple):
-    """Result of ``diagnostics``, per particle system."""
-
-    ess: jax.Array
-    """``(..., K)`` ESS of the weights after transition ``k``, in ``[1, N]``."""
-    resampled: jax.Array
-    """``(..., K)`` bool: resampled just before transition ``k`` (never for DAIS)."""
-    log_Z: jax.Array
-    """``(...,)`` the bound's value ``L = log Ẑ`` of each particle system."""
 
 
 def preset_options(local_vars):
@@ -104,23 +42,7 @@ def preset_options(local_vars):
     return {k: v for k, v in local_vars.items() if k not in ("self", "model", "__class__")}
 
 
-def divergence_brake(step_sizes, fraction):
-    """``f · (b − stop(b))``, ``b = −Σ_k log η_k``: zero in value; in gradient, a push of
-    every step size down by ``f / η_k``, ``f`` the fraction of the step's particles that
-    diverged (0 on a healthy step).
-
-    A diverged particle is dropped from the bound, so the bound's gradient never learns that
-    its steps were too long; worse, its non-finite values turn the shared parameters'
-    gradients non-finite, which are then zeroed. Left alone, a run whose learnt steps drift
-    into instability can lose every particle on every later step and stop learning with a
-    non-finite loss. The brake acts on the step sizes as they were before the NaN guard, so
-    it is the one gradient they get on such a step, and it shortens them until trajectories
-    stay stable again."""
-    brake = -jnp.sum(jnp.log(step_sizes))
-    return jax.lax.stop_gradient(fraction) * (brake - jax.lax.stop_gradient(brake))
-
-
-class AnnealedGuide(ContinuousGuide):
+class AnnealedGuide(PosteriorQueries, ContinuousGuide):
     """Annealing from a Gaussian ``q0`` to a target with ``K`` learnt transitions.
 
     Subclass it with a preset ``__init__`` that picks ``target`` (a
@@ -268,23 +190,6 @@ class AnnealedGuide(ContinuousGuide):
 
         return jit_by_leaves(call)(args, kwargs, params, operands)
 
-    def _step_info(self):
-        """What the step sizes are and how to fix them, for divergence warnings."""
-        eta_max = self._step_bounds[1]
-        power = "1 / sqrt(λ)" if self.kernel == "hmc" else "1 / λ"
-        if self.curvature is None:
-            return (
-                f"The step sizes are capped at eta_max = {eta_max:.3g} (given): lower "
-                "`eta_max` and `eta_init`, or leave both unset to derive them from the "
-                "posterior's curvature."
-            )
-        return (
-            f"The curvature measured at set-up, λ ≈ {self.curvature:.3g}, set eta_max = "
-            f"{power} = {eta_max:.3g}; the posterior is stiffer than at the initial point: "
-            "pass a smaller `eta_max` (and `eta_init`), or start nearer the posterior "
-            "(`init_loc_fn=init_to_median`)."
-        )
-
     # -- parameters -------------------------------------------------------------------------
 
     def _q0(self) -> gaussian.Gaussian:
@@ -384,48 +289,9 @@ class AnnealedGuide(ContinuousGuide):
             "method='q0' needs no data."
         )
 
-    def _run(
-        self,
-        rng_key,
-        fitted: Fitted,
-        args,
-        kwargs,
-        N,
-        final,
-        batch=None,
-        trace=False,
-        mesh=None,
-        sampler=None,
-        key_target=None,
-    ):
-        """One particle system of ``N`` on the target built for this call, run in the
-        whitened coordinates and returned in ``z`` (particles, and the final term without
-        ``log |det L|``; weights are the same in both); with a ``mesh``,
-        its particles split over the mesh's devices (:func:`shard_particles`). ``sampler``:
-        ``None`` for the guide's own (posterior draws, evidence, diagnostics).
-        ``key_target``: the key the target draws with (a mini-batch); ``None``: split from
-        ``rng_key``, else ``rng_key`` runs the sampler as it is."""
-        if key_target is None:
-            key_target, key_run = jax.random.split(rng_key)
-        else:
-            key_run = rng_key
-        q0, anneal, affine, params = fitted
-        target = self._target.build(
-            self._view, args, kwargs, params, key_target, final=final, batch=batch
-        )
-        if affine is not None:
-            target = preconditioning.whiten(target, affine)
-        out = samplers.run(sampler or self._sampler, key_run, q0, target, anneal, N, trace=trace)
-        if affine is not None:
-            out = out._replace(
-                z0=preconditioning.to_z(affine, out.z0),
-                z=preconditioning.to_z(affine, out.z),
-                log_final_target=out.log_final_target - preconditioning.log_abs_det(affine),
-            )
-        if mesh is None:
-            return out
-        particles = ("z0", "z", "log_weights", "log_final_target")
-        return out._replace(**shard_particles({k: getattr(out, k) for k in particles}, mesh))
+    def _run(self, rng_key, fitted: Fitted, args, kwargs, N, final, **options):
+        """:func:`numpyro_dais._sampling.run` of this guide."""
+        return _sampling.run(self, rng_key, fitted, args, kwargs, N, final, **options)
 
     # -- training call ----------------------------------------------------------------------------
 
@@ -460,389 +326,13 @@ class AnnealedGuide(ContinuousGuide):
             return self._draw(rng_key, fitted, args, kwargs, "q0", 1)[0]
         bound = self._one_program_when_eager(self._bound, rng_key)
         z, log_weight, diverged = bound(rng_key, fitted, args, kwargs, batch)
-        log_weight = log_weight - divergence_brake(step_sizes, diverged)
+        log_weight = log_weight - _objective.divergence_brake(step_sizes, diverged)
         _numpyro.emit_log_weight(f"{self.prefix}_log_weight", log_weight)
         return z
 
     def _bound(self, rng_key, fitted, args, kwargs, batch):
-        """One particle ``z*`` for the model and the log weight ``ℓ(z*) − objective`` that
-        makes the ELBO equal the objective (the bound plus the symmetrised-KL term)."""
-        # one split for every key of the step (each split is a generator in the program)
-        key_target, key_run, key_sym, key_pick = jax.random.split(rng_key, 4)
-        N = self.num_particles
-        final = "omit" if N == 1 else "target"  # N = 1: the model's own term supplies ℓ(z_K)
-        out = self._run(
-            key_run,
-            fitted,
-            args,
-            kwargs,
-            N,
-            final,
-            batch,
-            mesh=self.mesh,
-            sampler=self._train_sampler,
-            key_target=key_target,
-        )
-        objective = out.log_Z + self._sym_kl_term(fitted, args, kwargs, out, key_sym)
-        if self.report_divergences:  # adds 0.0: the loss keeps the check in the program
-            name, info = type(self).__name__, self._step_info()
-            objective += report_diverged(name, out.num_diverged, N, info)
-        # Hand one particle to the model, picked by its weight (so the model's deterministic
-        # sites see a posterior-like draw). The factor makes the ELBO equal the objective:
-        # ELBO = ℓ(z*) − (ℓ(z*) − objective).
-        if N == 1:
-            idx = 0
-        else:
-            idx = jax.random.categorical(key_pick, jax.lax.stop_gradient(out.log_weights))
-        return out.z[idx], out.log_final_target[idx] - objective, out.num_diverged / N
-
-    def _sym_kl_term(self, fitted, args, kwargs, out, rng_key):
-        """``−(w / K) · Ĵ`` with value 0: only its gradient in ``q0``'s location counts.
-
-        ``Ĵ`` estimates ``KL(q0 ‖ p) + KL(p ‖ q0)`` (:func:`engine.dais0.symmetrized_kl`).
-        The term anchors the location, where learnt transitions make the bound flat; the
-        scale follows the bound alone, whose finite-K optimum sits nearer the posterior's
-        marginal stds than the symmetrised-KL fit does. The model's parameters, the scale,
-        the particles and the weights are held fixed in it, so the transitions and the
-        model see only the bound.
-        """
-        if not self.sym_kl_weight:
-            return 0.0
-        q0 = fitted.q0
-        fixed = jax.lax.stop_gradient(fitted.model_params)
-        dynamics = self._target.dynamics(self._view, args, kwargs, fixed, rng_key)
-        # in z, where `out` is (the symmetrised KL is invariant under the whitening)
-        located = self._in_z(fitted.affine, q0._replace(scale=jax.lax.stop_gradient(q0.scale)))
-        z0 = located.loc + jax.lax.stop_gradient(out.z0 - located.loc)  # moves with the loc
-        J = dais0.symmetrized_kl(
-            lambda z: gaussian.log_prob(located, z), dynamics, z0, out.z, out.log_weights
-        )
-        return -(self.sym_kl_weight / self.K) * (J - jax.lax.stop_gradient(J))
-
-    # -- posterior access -----------------------------------------------------------------------
-
-    @staticmethod
-    def _in_z(affine, q0) -> gaussian.Gaussian:
-        """``q0`` of the sampler's coordinates as a Gaussian of ``z``."""
-        return q0 if affine is None else preconditioning.push(affine, q0)
-
-    def _draw(self, rng_key, fitted, args, kwargs, method, num_draws, batch_size=None, mesh=None):
-        """``num_draws`` flat unconstrained draws ``(S, D)`` by ``method``; with a ``mesh``,
-        the draws' axis is split over it."""
-        if method == "q0":
-            u = gaussian.sample(rng_key, fitted.q0, (num_draws,))
-            z = u if fitted.affine is None else preconditioning.to_z(fitted.affine, u)
-            return shard_particles(z, mesh)
-        if method == "dais":
-
-            def run(key, n):  # a diverged particle's end point is no draw: NaN, reported
-                out = self._run(key, fitted, args, kwargs, n, "omit")
-                return jnp.where(jnp.isfinite(out.log_weights)[:, None], out.z, jnp.nan)
-
-            return map_chunks(run, rng_key, num_draws, batch_size, mesh)
-
-        def importance(key):
-            key_run, key_pick = jax.random.split(key)
-            out = self._run(key_run, fitted, args, kwargs, self.num_particles, "target")
-            z = out.z[jax.random.categorical(key_pick, out.log_weights)]
-            # every particle diverged: no draw (NaN, reported), not a diverged particle's z
-            return jnp.where(jnp.isfinite(jnp.max(out.log_weights)), z, jnp.nan)
-
-        return map_batched(importance, jax.random.split(rng_key, num_draws), batch_size, mesh)
-
-    def sample_posterior(
-        self,
-        rng_key,
-        params,
-        *args,
-        sample_shape=(),
-        method=None,
-        batch_size=None,
-        mesh=None,
-        **kwargs,
-    ):
-        """Posterior draws, vectorised.
-
-        :param method: ``"q0"`` (DAIS₀: draws of the trained ``q0``; needs no data),
-            ``"dais"`` (end points ``z_K`` of the annealing) or ``"importance"`` (an end point
-            resampled by weight from each system of ``num_particles``). Defaults to the
-            guide's ``posterior_method``. The last two anneal to the posterior of the data
-            passed here (the training data).
-        :param batch_size: draws computed at once (bounds memory); ``None``: all at once.
-        :param mesh: a :class:`jax.sharding.Mesh`: the draws (for ``"importance"``, the
-            particle systems, one per draw) are split evenly over all its devices, so its
-            size must divide the number of draws and ``batch_size``. Same draws as without
-            it, for the same key. ``None``: one device.
-        :return: dict of site values with leading shape ``sample_shape``.
-        """
-        method = self.posterior_method if method is None else method
-        check_choice("method", method, POSTERIOR_METHODS)
-        sample_shape = check_sample_shape(sample_shape)
-        batch_size = check_batch_size(batch_size)
-        mesh = check_mesh(
-            type(self).__name__, mesh, self._num_draws(sample_shape), batch_size, "draws"
-        )
-        fitted = self._params_from(params)
-        if method != "q0":
-            args, kwargs = self._data(args, kwargs, method)
-        else:
-            check_q0_once(self, params)
-        draws = self._compiled(self._sample_posterior)(
-            rng_key,
-            fitted,
-            params,
-            args,
-            kwargs,
-            sample_shape,
-            method,
-            batch_size,
-            mesh,
-        )
-        if method != "q0":
-            self._warn_if_not_finite(draws, method, self._num_draws(sample_shape))
-        return draws
-
-    def _warn_if_not_finite(self, draws, method, num_draws):
-        """Warn when annealed draws are not finite (every particle of their system diverged),
-        with the fix; nothing under ``jit``."""
-        bad = 0
-        for value in jax.tree.leaves(draws):
-            if isinstance(value, jax.core.Tracer):
-                return
-            finite = np.isfinite(np.asarray(value)).reshape(num_draws, -1)
-            bad = max(bad, int(np.sum(~np.all(finite, axis=-1))))
-        if bad:
-            warnings.warn(
-                f"{type(self).__name__}: {bad} of the {num_draws} {method!r} draws are not "
-                "finite: every "
-                "particle of their annealing diverged. The transitions are unstable for this "
-                "posterior: train longer (the step sizes shorten after divergences), pass a "
-                "smaller `eta_max`, or draw from q0 (method='q0').",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-
-    def _sample_posterior(
-        self, rng_key, fitted, params, args, kwargs, sample_shape, method, batch_size, mesh=None
-    ):
-        n = self._num_draws(sample_shape)
-        latents = self._draw(rng_key, fitted, args, kwargs, method, n, batch_size, mesh)
-        return self._reshape_draws(
-            self._constrain(latents, params, args, kwargs, batch_size), sample_shape
-        )
-
-    def log_evidence(
-        self, rng_key, params, *args, num_particles=1000, batch_size=None, mesh=None, **kwargs
-    ) -> LogEvidence:
-        """Estimate ``log Z = log p(x)`` from ``num_particles`` weighted particles (in systems
-        of at most ``batch_size``), on the full data passed here.
-
-        Returns ``LogEvidence(log_Z, ess, se)``. ``se`` is the standard error of ``log_Z``
-        by the delta method on the weights (``se² ≈ (N / ess − 1) / (N − 1)`` for DAIS;
-        for SMC the variance estimate of Lee & Whiteley (2018) through each system's
-        genealogy, combined over the systems). The estimate is biased low by about
-        ``se² / 2`` (Jensen). To compare two models, a difference of ``log_Z`` has standard
-        error ``sqrt(se_1² + se_2²)``. Both ``ess`` and ``se`` are estimated from the weights
-        themselves, so with an ``ess`` of a few the error bar is itself unreliable: use more
-        particles.
-
-        ``mesh``: a :class:`jax.sharding.Mesh`; each system's particles are split evenly over
-        all its devices (its size must divide ``num_particles`` and ``batch_size``), and XLA
-        partitions the annealing. Same estimate as without it, for the same key. With
-        resampling (SMC) a system spans the devices, so each resampling step gathers its
-        weights across them.
-        """
-        num_particles = check_positive_int("num_particles", num_particles)
-        batch_size = check_batch_size(batch_size)
-        mesh = check_mesh(type(self).__name__, mesh, num_particles, batch_size)
-        state = self._params_from(params)
-        args, kwargs = self._data(args, kwargs, "importance")
-        return self._compiled(self._log_evidence)(
-            rng_key, state, args, kwargs, num_particles, batch_size, mesh
-        )
-
-    def _log_evidence(self, rng_key, fitted, args, kwargs, num_particles, batch_size, mesh=None):
-        run = lambda k, n: self._run(k, fitted, args, kwargs, n, "target").log_weights
-        if self._sampler.resampling is None:  # i.i.d. weights: pool every chunk
-            log_w = map_chunks(run, rng_key, num_particles, batch_size, mesh)
-            se = weights.log_mean_exp_se(log_w)
-        else:  # independent systems of `size`: each one's genealogy, combined
-            size = num_particles if batch_size is None else min(batch_size, num_particles)
-
-            def system(key):
-                out = self._run(key, fitted, args, kwargs, size, "target")
-                return shard_particles(out.log_weights, mesh), out.log_Z, smc.log_Z_se(out)
-
-            keys = jax.random.split(rng_key, math.ceil(num_particles / size))
-            log_w, log_Z, se = jax.lax.map(system, keys)
-            log_w, se = log_w.reshape(-1)[:num_particles], weights.combine_se(log_Z, se)
-        return LogEvidence(weights.log_mean_exp(log_w), weights.ess(log_w), se)
-
-    def diagnostics(self, rng_key, params, *args, num_systems=None, **kwargs) -> SMCDiagnostics:
-        """ESS per transition, resampling flags and ``log Ẑ`` of fresh particle systems of
-        ``num_particles``, on the full data passed here.
-
-        :param params: trained parameters (``svi_result.params``).
-        :param num_systems: ``None`` for one system (shapes ``(K,)``, ``(K,)``, ``()``), or
-            an int ``S`` for ``S`` independent systems (a leading ``(S,)`` axis).
-        """
-        fitted = self._params_from(params)
-        args, kwargs = self._data(args, kwargs, "importance")
-        if num_systems is not None:
-            num_systems = check_positive_int("num_systems", num_systems)
-        diagnose = self._compiled(self._diagnostics)
-        return diagnose(rng_key, fitted, args, kwargs, num_systems)
-
-    def _diagnostics(self, rng_key, fitted, args, kwargs, num_systems):
-        def one(key):
-            out = self._run(key, fitted, args, kwargs, self.num_particles, "target", trace=True)
-            return SMCDiagnostics(out.trace.ess, out.trace.resampled, out.log_Z)
-
-        if num_systems is None:
-            return one(rng_key)
-        return jax.vmap(one)(jax.random.split(rng_key, num_systems))
-
-    def transition_params(self, params):
-        """The learnt β schedule, step sizes, mass matrix and damping ``γ``, as a
-        :class:`numpyro_dais.TransitionParams` (:func:`numpyro_dais.transition_params`; plot
-        them with :func:`numpyro_dais.plot_transitions`).
-
-        :param params: trained parameters (``svi_result.params``).
-        """
-        from numpyro_dais.diagnostics import transition_params
-
-        return transition_params(self, params)
-
-    def transport_check(
-        self,
-        rng_key,
-        params,
-        *args,
-        num_samples=2000,
-        mean_tol=0.5,
-        std_ratio_tol=2.0,
-        batch_size=None,
-        warn=True,
-        **kwargs,
-    ) -> TransportReport:
-        """Check that ``q0`` (DAIS₀) agrees with the importance-resampled end points.
-
-        Learnt transitions can *transport* a misplaced ``q0`` to the posterior: the bound
-        is then tight and the end points right, but ``q0`` draws are not. This draws
-        ``num_samples`` end points (``method="importance"``, so it needs the data) and
-        compares each unconstrained coordinate: the mean shift in end-point standard
-        deviations must stay below ``mean_tol`` and the std ratio within
-        ``[1 / std_ratio_tol, std_ratio_tol]`` (a diagonal ``q0`` fitted by the
-        symmetrised KL is narrower than the marginals of a correlated posterior: ratio
-        ``(1 − ρ²)^{1/4}`` for correlation ``ρ``). With ``warn=True`` a failed check also
-        raises a ``UserWarning`` carrying the fix.
-        """
-        num_samples = check_positive_int("num_samples", num_samples, minimum=2)
-        fitted = self._params_from(params)
-        args, kwargs = self._data(args, kwargs, "importance")
-        end = self._compiled(self._draw)(
-            rng_key,
-            fitted,
-            args,
-            kwargs,
-            "importance",
-            num_samples,
-            check_batch_size(batch_size),
-        )
-        check = dais0.transport_check(self._in_z(fitted.affine, fitted.q0), end)
-        shift, ratio = np.asarray(check.mean_shift), np.exp(np.asarray(check.log_std_ratio))
-        names = self._coordinate_names()
-        bad_mean = np.abs(shift) > mean_tol
-        bad_std = (ratio > std_ratio_tol) | (ratio < 1.0 / std_ratio_tol)
-        ok = not bool(np.any(bad_mean | bad_std))
-        i = int(np.argmax(np.abs(shift)))
-        j = int(np.argmax(np.abs(np.log(ratio))))
-        summary = (
-            f"largest mean shift {shift[i]:+.2f} end-point sds at {names[i]}, "
-            f"largest std ratio {ratio[j]:.2f} at {names[j]}"
-        )
-        if ok:
-            message = f"{type(self).__name__}: q0 agrees with the annealed end points ({summary})."
-        else:
-            fix = (
-                f"raise `sym_kl_weight` (now {self.sym_kl_weight:g}) or train longer"
-                if self.sym_kl_weight
-                else "train with `sym_kl_weight=1` (the default for posterior_method='q0')"
-            )
-            message = (
-                f"{type(self).__name__}: q0 disagrees with the annealed end points ("
-                f"{summary}; tolerances {mean_tol:g} sds and a ratio of {std_ratio_tol:g}). "
-                "The transitions carry particles to the posterior instead of refining q0, "
-                "so q0 draws (DAIS₀, median, quantiles) are not a faithful posterior. "
-                f"Fix: {fix}; or use sample_posterior(..., method='importance'), whose "
-                "draws are the end points checked here."
-            )
-            if np.any(bad_std) and not np.any(bad_mean) and self.base_dist == "diagonal":
-                message += (
-                    " Only the spread disagrees: for a strongly correlated posterior use "
-                    "base_dist='cholesky'."
-                )
-            if warn:
-                warnings.warn(message, UserWarning, stacklevel=2)
-        unpack = lambda x: {k: np.asarray(v) for k, v in self._view.unpack(x).items()}
-        return TransportReport(ok, unpack(shift), unpack(ratio), names[i], message)
-
-    # -- q0 as an explicit posterior (DAIS₀) -----------------------------------------------------
-
-    def get_base_dist(self):
-        """The standard normal ``N(0, I_D)`` that :meth:`get_transform` maps to ``q0``."""
-        self._check_set_up()
-        return dist.Normal(jnp.zeros(self.latent_dim), 1.0).to_event(1)
-
-    def _q0_of_z(self, params, check=False) -> gaussian.Gaussian:
-        """The trained ``q0`` as a Gaussian of the flat unconstrained ``z``; ``check``: used
-        as the posterior, so checked once (:mod:`numpyro_dais._selfcheck`)."""
-        fitted = self._params_from(params)
-        if check:
-            check_q0_once(self, params)
-        return self._in_z(fitted.affine, fitted.q0)
-
-    def get_transform(self, params):
-        """The affine map from :meth:`get_base_dist` to ``q0`` (unconstrained space)."""
-        q0 = self._q0_of_z(params)
-        if gaussian.is_diagonal(q0):
-            return AffineTransform(q0.loc, q0.scale, domain=constraints.real_vector)
-        return LowerCholeskyAffine(q0.loc, q0.scale)
-
-    def get_posterior(self, params):
-        """``q0`` in the unconstrained space, as a NumPyro distribution (a full-rank
-        ``MultivariateNormal`` when whitened: a diagonal ``q0`` of ``u`` is one of ``z``)."""
-        q0 = self._q0_of_z(params)
-        if gaussian.is_diagonal(q0):
-            return dist.Normal(q0.loc, q0.scale).to_event(1)
-        return dist.MultivariateNormal(q0.loc, scale_tril=q0.scale)
-
-    def median(self, params):
-        """Posterior median from ``q0`` (its mean, constrained), as a dict of site values."""
-        return self._transform(self._q0_of_z(params, check=True).loc)
-
-    def quantiles(self, params, quantiles):
-        """Posterior quantiles from ``q0`` (marginal normal quantiles, constrained).
-
-        :param quantiles: array of quantiles in ``(0, 1)``, e.g. ``[0.05, 0.5, 0.95]``.
-        :return: dict of site values with a leading axis over ``quantiles``.
-        """
-        q = np.asarray(quantiles, dtype=float)
-        if not np.all((q > 0) & (q < 1)):
-            raise ValueError(
-                f"`quantiles` must lie strictly inside (0, 1), got {quantiles!r}; q0 is a "
-                "Gaussian, whose 0 and 1 quantiles are infinite."
-            )
-        q0 = self._q0_of_z(params, check=True)
-        normal_q = dist.Normal(0.0, 1.0).icdf(jnp.asarray(q))
-        return self._transform(q0.loc + normal_q[..., None] * gaussian.marginal_std(q0))
+        """:func:`numpyro_dais._objective.bound` of this guide."""
+        return _objective.bound(self, rng_key, fitted, args, kwargs, batch)
 
 
-__all__ = [
-    "AnnealedGuide",
-    "LogEvidence",
-    "SMCDiagnostics",
-    "TransportReport",
-    "init_to_uniform",
-    "preset_options",
-]
+__all__ = ["AnnealedGuide", "init_to_uniform", "preset_options"]

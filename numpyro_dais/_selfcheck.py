@@ -14,6 +14,8 @@ import warnings
 import jax
 import numpy as np
 
+from numpyro_dais.results import TransportReport
+
 #: importance draws of the check: the end points' mean to ~1/16 of their sd, at a cost of a
 #: few percent of a 5000-step fit
 NUM_SAMPLES = 256
@@ -57,3 +59,46 @@ def check_q0_once(guide, params) -> None:
             UserWarning,
             stacklevel=4,
         )
+
+
+def transport_verdict(guide, check, mean_tol, std_ratio_tol, warn) -> TransportReport:
+    """The :class:`TransportReport` of a :func:`numpyro_dais.engine.dais0.transport_check`
+    result ``check`` (q0 against the end points, per unconstrained coordinate), with the
+    fix in its message; a ``UserWarning`` too when it fails and ``warn``."""
+    shift, ratio = np.asarray(check.mean_shift), np.exp(np.asarray(check.log_std_ratio))
+    names = guide._coordinate_names()
+    bad_mean = np.abs(shift) > mean_tol
+    bad_std = (ratio > std_ratio_tol) | (ratio < 1.0 / std_ratio_tol)
+    ok = not bool(np.any(bad_mean | bad_std))
+    i = int(np.argmax(np.abs(shift)))
+    j = int(np.argmax(np.abs(np.log(ratio))))
+    summary = (
+        f"largest mean shift {shift[i]:+.2f} end-point sds at {names[i]}, "
+        f"largest std ratio {ratio[j]:.2f} at {names[j]}"
+    )
+    name = type(guide).__name__
+    if ok:
+        message = f"{name}: q0 agrees with the annealed end points ({summary})."
+    else:
+        fix = (
+            f"raise `sym_kl_weight` (now {guide.sym_kl_weight:g}) or train longer"
+            if guide.sym_kl_weight
+            else "train with `sym_kl_weight=1` (the default for posterior_method='q0')"
+        )
+        message = (
+            f"{name}: q0 disagrees with the annealed end points ({summary}; tolerances "
+            f"{mean_tol:g} sds and a ratio of {std_ratio_tol:g}). The transitions carry "
+            "particles to the posterior instead of refining q0, so q0 draws (DAIS₀, median, "
+            f"quantiles) are not a faithful posterior. Fix: {fix}; or use "
+            "sample_posterior(..., method='importance'), whose draws are the end points "
+            "checked here."
+        )
+        if np.any(bad_std) and not np.any(bad_mean) and guide.base_dist == "diagonal":
+            message += (
+                " Only the spread disagrees: for a strongly correlated posterior use "
+                "base_dist='cholesky'."
+            )
+        if warn:
+            warnings.warn(message, UserWarning, stacklevel=3)
+    unpack = lambda x: {k: np.asarray(v) for k, v in guide._view.unpack(x).items()}
+    return TransportReport(ok, unpack(shift), unpack(ratio), names[i], message)

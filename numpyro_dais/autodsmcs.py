@@ -4,11 +4,12 @@ Reference: Zenn & Bamler (2023), "Resampling gradients vanish in differentiable 
 Monte Carlo samplers" (ICLR Tiny Papers).
 """
 
-from numpyro_dais._annealed import AnnealedGuide, SMCDiagnostics, init_to_uniform, preset_options
+from numpyro_dais._annealed import AnnealedGuide, init_to_uniform, preset_options
 from numpyro_dais.diagnostics import plot_ess
 from numpyro_dais.engine.resampling import RULES
 from numpyro_dais.engine.smc import ResamplingConfig
 from numpyro_dais.engine.validation import check_choice
+from numpyro_dais.results import SMCDiagnostics
 from numpyro_dais.targets import FullData
 
 __all__ = ["AutoDSMCS", "SMCDiagnostics", "plot_ess"]

@@ -5,33 +5,9 @@ and the SMC ESS trace.
 dependency of numpyro-dais.
 """
 
-from typing import NamedTuple
-
 import numpy as np
 
-
-class TransitionParams(NamedTuple):
-    """Result of :func:`transition_params`: the learnt annealing of an annealing guide, as
-    NumPy arrays (``K`` transitions, ``D`` unconstrained coordinates)."""
-
-    betas: np.ndarray
-    """``(K + 1,)`` the schedule ``0 = β_0 < … < β_K = 1`` of
-    ``log γ_k = (1 − β_k) log q0 + β_k ℓ``."""
-    step_sizes: np.ndarray
-    """``(K,)`` the leapfrog (or Langevin) step size ``η_k`` of each transition, in
-    ``(0, eta_max)``."""
-    mass: np.ndarray
-    """``(D,)`` the diagonal mass matrix as the sampler uses it (geometric mean 1; ones for
-    Langevin)."""
-    gamma: float
-    """The momentum damping ``γ`` of the partial refresh ``v ← γ v + sqrt(1 − γ²) ξ`` (0 for
-    Langevin, which has no momentum)."""
-    eta_max: float
-    """The cap of the step sizes, fixed at set-up."""
-    kernel: str
-    """``"hmc"`` or ``"langevin"``."""
-    coordinates: list
-    """``D`` labels of the unconstrained coordinates, e.g. ``["b", "w[0]", "w[1]"]``."""
+from numpyro_dais.results import TransitionParams
 
 
 def transition_params(guide, params) -> TransitionParams:
@@ -41,24 +17,13 @@ def transition_params(guide, params) -> TransitionParams:
         ``AutoSurrogateLikelihoodDSMCS`` (``SVI.init`` or ``SVI.run`` has run).
     :param dict params: trained parameters (``svi_result.params``).
     """
-    from numpyro_dais._annealed import AnnealedGuide
-
-    if not isinstance(guide, AnnealedGuide):
+    if not callable(getattr(guide, "transition_params", None)):
         raise TypeError(
             f"{type(guide).__name__} has no annealing transitions; transition_params needs "
             "an AutoDAIS, AutoDSMCS, AutoSurrogateLikelihoodDAIS or "
             "AutoSurrogateLikelihoodDSMCS guide."
         )
-    anneal = guide._params_from(params).anneal
-    return TransitionParams(
-        betas=np.asarray(anneal.betas),
-        step_sizes=np.asarray(anneal.step_sizes),
-        mass=np.asarray(anneal.mass),
-        gamma=float(anneal.gamma),
-        eta_max=float(guide._step_bounds[1]),
-        kernel=guide.kernel,
-        coordinates=guide._coordinate_names(),
-    )
+    return guide.transition_params(params)
 
 
 def _pyplot(name):

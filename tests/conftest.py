@@ -169,7 +169,7 @@ def _q0_self_check_only_where_tested(request, monkeypatch):
     if request.module.__name__.split(".")[-1] == "test_setup":
         yield
         return
-    from numpyro_dais import _annealed
+    from numpyro_dais import _queries
 
-    monkeypatch.setattr(_annealed, "check_q0_once", lambda guide, params: None)
+    monkeypatch.setattr(_queries, "check_q0_once", lambda guide, params: None)
     yield

@@ -16,7 +16,7 @@ from numpyro.distributions import constraints
 from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO
 
 from numpyro_dais import AutoDAIS
-from numpyro_dais._annealed import divergence_brake
+from numpyro_dais._objective import divergence_brake
 from tests import models
 
 

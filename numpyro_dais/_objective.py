@@ -1,0 +1,105 @@
+"""The training objective of the annealed guides: the bound, the DAIS₀ term and the brake.
+
+References: Geffner & Domke (2021), the DAIS bound; Zenn & Bamler (2023), DAIS₀'s
+symmetrised-KL term.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from numpyro_dais import _sampling
+from numpyro_dais._reporting import report_diverged
+from numpyro_dais.engine import dais0, gaussian
+
+
+def divergence_brake(step_sizes, fraction):
+    """``f · (b − stop(b))``, ``b = −Σ_k log η_k``: zero in value; in gradient, a push of
+    every step size down by ``f / η_k``, ``f`` the fraction of the step's particles that
+    diverged (0 on a healthy step).
+
+    A diverged particle is dropped from the bound, so the bound's gradient never learns that
+    its steps were too long; worse, its non-finite values turn the shared parameters'
+    gradients non-finite, which are then zeroed. Left alone, a run whose learnt steps drift
+    into instability can lose every particle on every later step and stop learning with a
+    non-finite loss. The brake acts on the step sizes as they were before the NaN guard, so
+    it is the one gradient they get on such a step, and it shortens them until trajectories
+    stay stable again."""
+    brake = -jnp.sum(jnp.log(step_sizes))
+    return jax.lax.stop_gradient(fraction) * (brake - jax.lax.stop_gradient(brake))
+
+
+def step_info(kernel, curvature, eta_max):
+    """What the step sizes are and how to fix them, for divergence warnings."""
+    power = "1 / sqrt(λ)" if kernel == "hmc" else "1 / λ"
+    if curvature is None:
+        return (
+            f"The step sizes are capped at eta_max = {eta_max:.3g} (given): lower "
+            "`eta_max` and `eta_init`, or leave both unset to derive them from the "
+            "posterior's curvature."
+        )
+    return (
+        f"The curvature measured at set-up, λ ≈ {curvature:.3g}, set eta_max = "
+        f"{power} = {eta_max:.3g}; the posterior is stiffer than at the initial point: "
+        "pass a smaller `eta_max` (and `eta_init`), or start nearer the posterior "
+        "(`init_loc_fn=init_to_median`)."
+    )
+
+
+def bound(guide, rng_key, fitted, args, kwargs, batch):
+    """One particle ``z*`` ``(D,)`` for the model, the log weight ``ℓ(z*) − objective`` that
+    makes the ELBO equal the objective (the bound plus the symmetrised-KL term), and the
+    fraction of particles that diverged."""
+    # one split for every key of the step (each split is a generator in the program)
+    key_target, key_run, key_sym, key_pick = jax.random.split(rng_key, 4)
+    N = guide.num_particles
+    final = "omit" if N == 1 else "target"  # N = 1: the model's own term supplies ℓ(z_K)
+    out = _sampling.run(
+        guide,
+        key_run,
+        fitted,
+        args,
+        kwargs,
+        N,
+        final,
+        batch=batch,
+        mesh=guide.mesh,
+        sampler=guide._train_sampler,
+        key_target=key_target,
+    )
+    objective = out.log_Z + sym_kl_term(guide, fitted, args, kwargs, out, key_sym)
+    if guide.report_divergences:  # adds 0.0: the loss keeps the check in the program
+        info = step_info(guide.kernel, guide.curvature, guide._step_bounds[1])
+        objective += report_diverged(type(guide).__name__, out.num_diverged, N, info)
+    # Hand one particle to the model, picked by its weight (so the model's deterministic
+    # sites see a posterior-like draw). The factor makes the ELBO equal the objective:
+    # ELBO = ℓ(z*) − (ℓ(z*) − objective).
+    if N == 1:
+        idx = 0
+    else:
+        idx = jax.random.categorical(key_pick, jax.lax.stop_gradient(out.log_weights))
+    return out.z[idx], out.log_final_target[idx] - objective, out.num_diverged / N
+
+
+def sym_kl_term(guide, fitted, args, kwargs, out, rng_key):
+    """``−(w / K) · Ĵ`` with value 0: only its gradient in ``q0``'s location counts.
+
+    ``Ĵ`` estimates ``KL(q0 ‖ p) + KL(p ‖ q0)`` (:func:`engine.dais0.symmetrized_kl`).
+    The term anchors the location, where learnt transitions make the bound flat; the
+    scale follows the bound alone, whose finite-K optimum sits nearer the posterior's
+    marginal stds than the symmetrised-KL fit does. The model's parameters, the scale,
+    the particles and the weights are held fixed in it, so the transitions and the
+    model see only the bound.
+    """
+    if not guide.sym_kl_weight:
+        return 0.0
+    q0 = fitted.q0
+    fixed = jax.lax.stop_gradient(fitted.model_params)
+    dynamics = guide._target.dynamics(guide._view, args, kwargs, fixed, rng_key)
+    # in z, where `out` is (the symmetrised KL is invariant under the whitening)
+    scale = jax.lax.stop_gradient(q0.scale)
+    located = _sampling.in_z(fitted.affine, q0._replace(scale=scale))
+    z0 = located.loc + jax.lax.stop_gradient(out.z0 - located.loc)  # moves with the loc
+    J = dais0.symmetrized_kl(
+        lambda z: gaussian.log_prob(located, z), dynamics, z0, out.z, out.log_weights
+    )
+    return -(guide.sym_kl_weight / guide.K) * (J - jax.lax.stop_gradient(J))

@@ -1,0 +1,263 @@
+"""The posterior queries of the annealed guides: draws, evidence, diagnostics, the transport
+check and ``q0`` as an explicit posterior (DAIS₀).
+
+:class:`PosteriorQueries` is a mixin of :class:`numpyro_dais._annealed.AnnealedGuide`: each
+public method checks its arguments, reads the guide's :class:`~numpyro_dais._sampling.Fitted`
+parameters once and hands them to :mod:`numpyro_dais._sampling`.
+
+References: Geffner & Domke (2021); Zenn & Bamler (2023), DAIS₀.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
+from numpyro.distributions import constraints
+from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffine
+
+from numpyro_dais import _sampling
+from numpyro_dais._checks import (
+    check_batch_size,
+    check_choice,
+    check_mesh,
+    check_positive_int,
+    check_sample_shape,
+)
+from numpyro_dais._selfcheck import check_q0_once, transport_verdict
+from numpyro_dais.engine import dais0, gaussian
+from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransitionParams, TransportReport
+
+POSTERIOR_METHODS = ("q0", "dais", "importance")
+
+
+class PosteriorQueries:
+    """Posterior draws, ``log_evidence``, ``diagnostics``, ``transition_params``,
+    ``transport_check`` and ``q0`` as a NumPyro distribution, for an annealed guide."""
+
+    def _draw(self, rng_key, fitted, args, kwargs, method, num_draws, batch_size=None, mesh=None):
+        """:func:`numpyro_dais._sampling.draw` of this guide."""
+        return _sampling.draw(
+            self, rng_key, fitted, args, kwargs, method, num_draws, batch_size, mesh
+        )
+
+    def sample_posterior(
+        self,
+        rng_key,
+        params,
+        *args,
+        sample_shape=(),
+        method=None,
+        batch_size=None,
+        mesh=None,
+        **kwargs,
+    ):
+        """Posterior draws, vectorised.
+
+        :param method: ``"q0"`` (DAIS₀: draws of the trained ``q0``; needs no data),
+            ``"dais"`` (end points ``z_K`` of the annealing) or ``"importance"`` (an end point
+            resampled by weight from each system of ``num_particles``). Defaults to the
+            guide's ``posterior_method``. The last two anneal to the posterior of the data
+            passed here (the training data).
+        :param batch_size: draws computed at once (bounds memory); ``None``: all at once.
+        :param mesh: a :class:`jax.sharding.Mesh`: the draws (for ``"importance"``, the
+            particle systems, one per draw) are split evenly over all its devices, so its
+            size must divide the number of draws and ``batch_size``. Same draws as without
+            it, for the same key. ``None``: one device.
+        :return: dict of site values with leading shape ``sample_shape``.
+        """
+        method = self.posterior_method if method is None else method
+        check_choice("method", method, POSTERIOR_METHODS)
+        sample_shape = check_sample_shape(sample_shape)
+        batch_size = check_batch_size(batch_size)
+        mesh = check_mesh(
+            type(self).__name__, mesh, self._num_draws(sample_shape), batch_size, "draws"
+        )
+        fitted = self._params_from(params)
+        if method != "q0":
+            args, kwargs = self._data(args, kwargs, method)
+        else:
+            check_q0_once(self, params)
+        draws = self._compiled(self._sample_posterior)(
+            rng_key,
+            fitted,
+            params,
+            args,
+            kwargs,
+            sample_shape,
+            method,
+            batch_size,
+            mesh,
+        )
+        if method != "q0":
+            _sampling.warn_if_not_finite(
+                type(self).__name__, draws, method, self._num_draws(sample_shape)
+            )
+        return draws
+
+    def _sample_posterior(
+        self, rng_key, fitted, params, args, kwargs, sample_shape, method, batch_size, mesh=None
+    ):
+        n = self._num_draws(sample_shape)
+        latents = self._draw(rng_key, fitted, args, kwargs, method, n, batch_size, mesh)
+        return self._reshape_draws(
+            self._constrain(latents, params, args, kwargs, batch_size), sample_shape
+        )
+
+    def log_evidence(
+        self, rng_key, params, *args, num_particles=1000, batch_size=None, mesh=None, **kwargs
+    ) -> LogEvidence:
+        """Estimate ``log Z = log p(x)`` from ``num_particles`` weighted particles (in systems
+        of at most ``batch_size``), on the full data passed here.
+
+        Returns ``LogEvidence(log_Z, ess, se)``. ``se`` is the standard error of ``log_Z``
+        by the delta method on the weights (``se² ≈ (N / ess − 1) / (N − 1)`` for DAIS;
+        for SMC the variance estimate of Lee & Whiteley (2018) through each system's
+        genealogy, combined over the systems). The estimate is biased low by about
+        ``se² / 2`` (Jensen). To compare two models, a difference of ``log_Z`` has standard
+        error ``sqrt(se_1² + se_2²)``. Both ``ess`` and ``se`` are estimated from the weights
+        themselves, so with an ``ess`` of a few the error bar is itself unreliable: use more
+        particles.
+
+        ``mesh``: a :class:`jax.sharding.Mesh`; each system's particles are split evenly over
+        all its devices (its size must divide ``num_particles`` and ``batch_size``), and XLA
+        partitions the annealing. Same estimate as without it, for the same key. With
+        resampling (SMC) a system spans the devices, so each resampling step gathers its
+        weights across them.
+        """
+        num_particles = check_positive_int("num_particles", num_particles)
+        batch_size = check_batch_size(batch_size)
+        mesh = check_mesh(type(self).__name__, mesh, num_particles, batch_size)
+        state = self._params_from(params)
+        args, kwargs = self._data(args, kwargs, "importance")
+        return self._compiled(self._log_evidence)(
+            rng_key, state, args, kwargs, num_particles, batch_size, mesh
+        )
+
+    def _log_evidence(self, rng_key, fitted, args, kwargs, num_particles, batch_size, mesh=None):
+        return _sampling.log_evidence(
+            self, rng_key, fitted, args, kwargs, num_particles, batch_size, mesh
+        )
+
+    def diagnostics(self, rng_key, params, *args, num_systems=None, **kwargs) -> SMCDiagnostics:
+        """ESS per transition, resampling flags and ``log Ẑ`` of fresh particle systems of
+        ``num_particles``, on the full data passed here.
+
+        :param params: trained parameters (``svi_result.params``).
+        :param num_systems: ``None`` for one system (shapes ``(K,)``, ``(K,)``, ``()``), or
+            an int ``S`` for ``S`` independent systems (a leading ``(S,)`` axis).
+        """
+        fitted = self._params_from(params)
+        args, kwargs = self._data(args, kwargs, "importance")
+        if num_systems is not None:
+            num_systems = check_positive_int("num_systems", num_systems)
+        diagnose = self._compiled(self._diagnostics)
+        return diagnose(rng_key, fitted, args, kwargs, num_systems)
+
+    def _diagnostics(self, rng_key, fitted, args, kwargs, num_systems):
+        return _sampling.diagnostics(self, rng_key, fitted, args, kwargs, num_systems)
+
+    def transition_params(self, params):
+        """The learnt β schedule, step sizes, mass matrix and damping ``γ``, as a
+        :class:`numpyro_dais.TransitionParams` (:func:`numpyro_dais.transition_params`; plot
+        them with :func:`numpyro_dais.plot_transitions`).
+
+        :param params: trained parameters (``svi_result.params``).
+        """
+        anneal = self._params_from(params).anneal
+        return TransitionParams(
+            betas=np.asarray(anneal.betas),
+            step_sizes=np.asarray(anneal.step_sizes),
+            mass=np.asarray(anneal.mass),
+            gamma=float(anneal.gamma),
+            eta_max=float(self._step_bounds[1]),
+            kernel=self.kernel,
+            coordinates=self._coordinate_names(),
+        )
+
+    def transport_check(
+        self,
+        rng_key,
+        params,
+        *args,
+        num_samples=2000,
+        mean_tol=0.5,
+        std_ratio_tol=2.0,
+        batch_size=None,
+        warn=True,
+        **kwargs,
+    ) -> TransportReport:
+        """Check that ``q0`` (DAIS₀) agrees with the importance-resampled end points.
+
+        Learnt transitions can *transport* a misplaced ``q0`` to the posterior: the bound
+        is then tight and the end points right, but ``q0`` draws are not. This draws
+        ``num_samples`` end points (``method="importance"``, so it needs the data) and
+        compares each unconstrained coordinate: the mean shift in end-point standard
+        deviations must stay below ``mean_tol`` and the std ratio within
+        ``[1 / std_ratio_tol, std_ratio_tol]`` (a diagonal ``q0`` fitted by the
+        symmetrised KL is narrower than the marginals of a correlated posterior: ratio
+        ``(1 − ρ²)^{1/4}`` for correlation ``ρ``). With ``warn=True`` a failed check also
+        raises a ``UserWarning`` carrying the fix.
+        """
+        num_samples = check_positive_int("num_samples", num_samples, minimum=2)
+        fitted = self._params_from(params)
+        args, kwargs = self._data(args, kwargs, "importance")
+        end = self._compiled(self._draw)(
+            rng_key,
+            fitted,
+            args,
+            kwargs,
+            "importance",
+            num_samples,
+            check_batch_size(batch_size),
+        )
+        check = dais0.transport_check(_sampling.in_z(fitted.affine, fitted.q0), end)
+        return transport_verdict(self, check, mean_tol, std_ratio_tol, warn)
+
+    # -- q0 as an explicit posterior (DAIS₀) -----------------------------------------------------
+
+    def get_base_dist(self):
+        """The standard normal ``N(0, I_D)`` that :meth:`get_transform` maps to ``q0``."""
+        self._check_set_up()
+        return dist.Normal(jnp.zeros(self.latent_dim), 1.0).to_event(1)
+
+    def _q0_of_z(self, params, check=False) -> gaussian.Gaussian:
+        """The trained ``q0`` as a Gaussian of the flat unconstrained ``z``; ``check``: used
+        as the posterior, so checked once (:mod:`numpyro_dais._selfcheck`)."""
+        fitted = self._params_from(params)
+        if check:
+            check_q0_once(self, params)
+        return _sampling.in_z(fitted.affine, fitted.q0)
+
+    def get_transform(self, params):
+        """The affine map from :meth:`get_base_dist` to ``q0`` (unconstrained space)."""
+        q0 = self._q0_of_z(params)
+        if gaussian.is_diagonal(q0):
+            return AffineTransform(q0.loc, q0.scale, domain=constraints.real_vector)
+        return LowerCholeskyAffine(q0.loc, q0.scale)
+
+    def get_posterior(self, params):
+        """``q0`` in the unconstrained space, as a NumPyro distribution (a full-rank
+        ``MultivariateNormal`` when whitened: a diagonal ``q0`` of ``u`` is one of ``z``)."""
+        q0 = self._q0_of_z(params)
+        if gaussian.is_diagonal(q0):
+            return dist.Normal(q0.loc, q0.scale).to_event(1)
+        return dist.MultivariateNormal(q0.loc, scale_tril=q0.scale)
+
+    def median(self, params):
+        """Posterior median from ``q0`` (its mean, constrained), as a dict of site values."""
+        return self._transform(self._q0_of_z(params, check=True).loc)
+
+    def quantiles(self, params, quantiles):
+        """Posterior quantiles from ``q0`` (marginal normal quantiles, constrained).
+
+        :param quantiles: array of quantiles in ``(0, 1)``, e.g. ``[0.05, 0.5, 0.95]``.
+        :return: dict of site values with a leading axis over ``quantiles``.
+        """
+        q = np.asarray(quantiles, dtype=float)
+        if not np.all((q > 0) & (q < 1)):
+            raise ValueError(
+                f"`quantiles` must lie strictly inside (0, 1), got {quantiles!r}; q0 is a "
+                "Gaussian, whose 0 and 1 quantiles are infinite."
+            )
+        q0 = self._q0_of_z(params, check=True)
+        normal_q = dist.Normal(0.0, 1.0).icdf(jnp.asarray(q))
+        return self._transform(q0.loc + normal_q[..., None] * gaussian.marginal_std(q0))

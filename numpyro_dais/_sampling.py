@@ -1,0 +1,149 @@
+"""The annealing sampler run on a guide's target, and the posterior queries built on it.
+
+Each function takes the guide (read for its target, model view and sampler only: nothing
+here calls back into it), the :class:`Fitted` parameters and the call's data. Particles
+run in the whitened coordinates ``u`` and come back in ``z = m + L u``.
+
+References: Geffner & Domke (2021); Zhang et al. (2021); Zenn & Bamler (2023).
+"""
+
+import math
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from numpyro_dais._vectorise import map_batched, map_chunks, shard_particles
+from numpyro_dais.engine import dais, gaussian, preconditioning, samplers, smc, weights
+from numpyro_dais.results import LogEvidence, SMCDiagnostics
+
+
+class Fitted(NamedTuple):
+    """A guide's parameters, as the sampler uses them."""
+
+    q0: gaussian.Gaussian
+    """``q0`` in the sampler's coordinates (``u`` when whitened, else ``z``)."""
+    anneal: dais.AnnealParams
+    """The annealing parameters."""
+    affine: preconditioning.Affine | None
+    """The whitening ``z = m + L u``, or ``None``."""
+    model_params: dict
+    """The model's ``numpyro.param`` values and the target's own (surrogate weights)."""
+
+
+def in_z(affine, q0) -> gaussian.Gaussian:
+    """``q0`` of the sampler's coordinates as a Gaussian of ``z``."""
+    return q0 if affine is None else preconditioning.push(affine, q0)
+
+
+def run(guide, rng_key, fitted: Fitted, args, kwargs, N, final, **options):
+    """One particle system of ``N`` on the target built for this call, run in the whitened
+    coordinates and returned in ``z`` (particles, and the final term without
+    ``log |det L|``; weights are the same in both).
+
+    ``options``: ``batch`` (the training step's opened plates), ``trace``, ``mesh`` (the
+    particles split over its devices), ``sampler`` (``None``: the guide's own, for posterior
+    queries), ``key_target`` (the key the target draws a mini-batch with; ``None``: split
+    from ``rng_key``, else ``rng_key`` runs the sampler as it is).
+    """
+    key_target = options.get("key_target")
+    if key_target is None:
+        key_target, rng_key = jax.random.split(rng_key)
+    q0, anneal, affine, params = fitted
+    target = guide._target.build(
+        guide._view, args, kwargs, params, key_target, final=final, batch=options.get("batch")
+    )
+    if affine is not None:
+        target = preconditioning.whiten(target, affine)
+    sampler = options.get("sampler") or guide._sampler
+    out = samplers.run(sampler, rng_key, q0, target, anneal, N, trace=options.get("trace", False))
+    if affine is not None:
+        out = out._replace(
+            z0=preconditioning.to_z(affine, out.z0),
+            z=preconditioning.to_z(affine, out.z),
+            log_final_target=out.log_final_target - preconditioning.log_abs_det(affine),
+        )
+    mesh = options.get("mesh")
+    if mesh is None:
+        return out
+    particles = ("z0", "z", "log_weights", "log_final_target")
+    return out._replace(**shard_particles({k: getattr(out, k) for k in particles}, mesh))
+
+
+def draw(guide, rng_key, fitted, args, kwargs, method, num_draws, batch_size=None, mesh=None):
+    """``num_draws`` flat unconstrained draws ``(S, D)`` by ``method`` (``"q0"``, ``"dais"``
+    or ``"importance"``); with a ``mesh``, the draws' axis is split over it."""
+    if method == "q0":
+        u = gaussian.sample(rng_key, fitted.q0, (num_draws,))
+        z = u if fitted.affine is None else preconditioning.to_z(fitted.affine, u)
+        return shard_particles(z, mesh)
+    if method == "dais":
+
+        def end_points(key, n):  # a diverged particle's end point is no draw: NaN, reported
+            out = run(guide, key, fitted, args, kwargs, n, "omit")
+            return jnp.where(jnp.isfinite(out.log_weights)[:, None], out.z, jnp.nan)
+
+        return map_chunks(end_points, rng_key, num_draws, batch_size, mesh)
+
+    def importance(key):
+        key_run, key_pick = jax.random.split(key)
+        out = run(guide, key_run, fitted, args, kwargs, guide.num_particles, "target")
+        z = out.z[jax.random.categorical(key_pick, out.log_weights)]
+        # every particle diverged: no draw (NaN, reported), not a diverged particle's z
+        return jnp.where(jnp.isfinite(jnp.max(out.log_weights)), z, jnp.nan)
+
+    return map_batched(importance, jax.random.split(rng_key, num_draws), batch_size, mesh)
+
+
+def warn_if_not_finite(guide_name, draws, method, num_draws):
+    """Warn when annealed draws are not finite (every particle of their system diverged),
+    with the fix; nothing under ``jit``."""
+    bad = 0
+    for value in jax.tree.leaves(draws):
+        if isinstance(value, jax.core.Tracer):
+            return
+        finite = np.isfinite(np.asarray(value)).reshape(num_draws, -1)
+        bad = max(bad, int(np.sum(~np.all(finite, axis=-1))))
+    if bad:
+        warnings.warn(
+            f"{guide_name}: {bad} of the {num_draws} {method!r} draws are not finite: every "
+            "particle of their annealing diverged. The transitions are unstable for this "
+            "posterior: train longer (the step sizes shorten after divergences), pass a "
+            "smaller `eta_max`, or draw from q0 (method='q0').",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
+def log_evidence(guide, rng_key, fitted, args, kwargs, num_particles, batch_size, mesh=None):
+    """:class:`LogEvidence` from ``num_particles`` weights: pooled i.i.d. chunks for DAIS;
+    independent systems of ``batch_size`` combined through their genealogies for SMC."""
+    if guide._sampler.resampling is None:
+        weights_of = lambda k, n: run(guide, k, fitted, args, kwargs, n, "target").log_weights
+        log_w = map_chunks(weights_of, rng_key, num_particles, batch_size, mesh)
+        se = weights.log_mean_exp_se(log_w)
+    else:
+        size = num_particles if batch_size is None else min(batch_size, num_particles)
+
+        def system(key):
+            out = run(guide, key, fitted, args, kwargs, size, "target")
+            return shard_particles(out.log_weights, mesh), out.log_Z, smc.log_Z_se(out)
+
+        keys = jax.random.split(rng_key, math.ceil(num_particles / size))
+        log_w, log_Z, se = jax.lax.map(system, keys)
+        log_w, se = log_w.reshape(-1)[:num_particles], weights.combine_se(log_Z, se)
+    return LogEvidence(weights.log_mean_exp(log_w), weights.ess(log_w), se)
+
+
+def diagnostics(guide, rng_key, fitted, args, kwargs, num_systems):
+    """:class:`SMCDiagnostics` of one system (``num_systems=None``) or ``num_systems``."""
+
+    def one(key):
+        out = run(guide, key, fitted, args, kwargs, guide.num_particles, "target", trace=True)
+        return SMCDiagnostics(out.trace.ess, out.trace.resampled, out.log_Z)
+
+    if num_systems is None:
+        return one(rng_key)
+    return jax.vmap(one)(jax.random.split(rng_key, num_systems))

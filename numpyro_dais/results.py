@@ -1,0 +1,70 @@
+"""The public result types of the guides' queries, as NamedTuples of arrays."""
+
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+
+class LogEvidence(NamedTuple):
+    """Result of ``log_evidence``: an AIS (or SMC) estimate of ``log Z``, its ESS and its
+    standard error."""
+
+    log_Z: jax.Array
+    """``()`` estimate of ``log Z = log p(x)`` (log-mean-exp of the weights)."""
+    ess: jax.Array
+    """``()`` effective sample size of those weights, in ``[1, num_particles]``."""
+    se: jax.Array
+    """``()`` standard error of ``log_Z`` (delta method on the weights, through the
+    genealogy for SMC: :func:`numpyro_dais.engine.weights.log_mean_exp_se`); too small when
+    ``ess`` is small."""
+
+
+class TransportReport(NamedTuple):
+    """Result of ``transport_check``: ``q0`` against the annealed end points."""
+
+    ok: bool
+    """``True`` when every coordinate is within both tolerances."""
+    mean_shift: dict
+    """``{site: array}`` ``(mean_q0 − mean_end) / std_end``, in the unconstrained space."""
+    std_ratio: dict
+    """``{site: array}`` ``std_q0 / std_end``, in the unconstrained space."""
+    worst: str
+    """The coordinate (e.g. ``"w[0]"``) with the largest standardised mean shift."""
+    message: str
+    """A one-paragraph verdict, with the fix when ``ok`` is ``False``."""
+
+
+class SMCDiagnostics(NamedTuple):
+    """Result of ``diagnostics``, per particle system."""
+
+    ess: jax.Array
+    """``(..., K)`` ESS of the weights after transition ``k``, in ``[1, N]``."""
+    resampled: jax.Array
+    """``(..., K)`` bool: resampled just before transition ``k`` (never for DAIS)."""
+    log_Z: jax.Array
+    """``(...,)`` the bound's value ``L = log Ẑ`` of each particle system."""
+
+
+class TransitionParams(NamedTuple):
+    """Result of ``transition_params``: the learnt annealing of an annealing guide, as
+    NumPy arrays (``K`` transitions, ``D`` unconstrained coordinates)."""
+
+    betas: np.ndarray
+    """``(K + 1,)`` the schedule ``0 = β_0 < … < β_K = 1`` of
+    ``log γ_k = (1 − β_k) log q0 + β_k ℓ``."""
+    step_sizes: np.ndarray
+    """``(K,)`` the leapfrog (or Langevin) step size ``η_k`` of each transition, in
+    ``(0, eta_max)``."""
+    mass: np.ndarray
+    """``(D,)`` the diagonal mass matrix as the sampler uses it (geometric mean 1; ones for
+    Langevin)."""
+    gamma: float
+    """The momentum damping ``γ`` of the partial refresh ``v ← γ v + sqrt(1 − γ²) ξ`` (0 for
+    Langevin, which has no momentum)."""
+    eta_max: float
+    """The cap of the step sizes, fixed at set-up."""
+    kernel: str
+    """``"hmc"`` or ``"langevin"``."""
+    coordinates: list
+    """``D`` labels of the unconstrained coordinates, e.g. ``["b", "w[0]", "w[1]"]``."""
