@@ -105,3 +105,20 @@ def check_full_data(guide_name, plates):
             "numpyro_dais.AutoSurrogateLikelihoodDAIS for mini-batch training, or pass "
             "all the data (no `subsample_size`, or one equal to the plate's size)."
         )
+
+
+def check_gpvi_objective(guide_name, elbo):
+    """AutoGPVI's loss is a surrogate whose *gradient* is the functional gradient; only
+    objectives that average per-draw losses (Trace_ELBO, TraceMeanField_ELBO) keep it so."""
+    from numpyro.infer import Trace_ELBO, TraceMeanField_ELBO
+
+    if elbo is None or isinstance(elbo, Trace_ELBO | TraceMeanField_ELBO):
+        return
+    raise ValueError(
+        f"{guide_name} trains under Trace_ELBO (or TraceMeanField_ELBO) only, got "
+        f"{type(elbo).__name__}: its loss is a surrogate whose gradient is the RKHS "
+        "functional gradient, and an objective that reweights or re-combines draws (e.g. "
+        "RenyiELBO) would silently turn it into a different, meaningless update. Use "
+        f"SVI(model, guide, optim, Trace_ELBO()); more particles: {guide_name}(..., "
+        "num_particles=N)."
+    )

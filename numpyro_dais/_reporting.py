@@ -1,6 +1,7 @@
 """Warnings from inside jitted code: a host call behind a ``lax.cond``, once per step."""
 
 import functools
+import math
 import warnings
 
 import jax
@@ -75,4 +76,59 @@ def report_diverged(guide_name, num_diverged, num_particles, step_info="") -> ja
     ``0.0`` of :func:`warn_from_jit`, to be added to the loss."""
     return warn_from_jit(
         functools.partial(_warn_diverged, guide_name, step_info), (num_diverged,), num_particles
+    )
+
+
+def _warn_gpvi(
+    guide_name,
+    is_helper,
+    nonfinite_steps,
+    num_nonfinite,
+    num_fallback,
+    total,
+    helper_rel_loss,
+    helper_loss,
+):
+    """``nonfinite_steps``: the guide's one-element count of steps with non-finite particles."""
+    n_bad, n_fb, total = int(num_nonfinite), int(num_fallback), int(total)
+    if n_bad:
+        nonfinite_steps[0] += 1
+    occurrence = nonfinite_steps[0]
+    if n_bad and math.log10(occurrence).is_integer():  # steps 1, 10, 100, ...: not a flood
+        warnings.warn(
+            f"{guide_name}: {n_bad} of {total} particles had a non-finite log joint or "
+            "gradient (the model's density is undefined there); they were left out of the "
+            "model-parameter gradient and steered back towards the finite particles. "
+            f"Step {occurrence} with such particles (reported at 1, 10, 100, ... steps). If "
+            "this persists, give the latent site a support that excludes the region (a "
+            "constrained distribution) so that the guide cannot reach it.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    if n_fb and is_helper:
+        warnings.warn(
+            f"{guide_name}: the helper network diverged (loss {float(helper_loss):.4g}, "
+            f"{float(helper_rel_loss):.4g}× the loss of predicting 0). This step used "
+            "J^-T v ≈ v / λ instead of its prediction. Lower the helper's learning rate "
+            "(AutoGPVI.split_optimizer) or use jacobian='exact'.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    elif n_fb:
+        warnings.warn(
+            f"{guide_name}: the generator Jacobian was singular at {n_fb} of {total} "
+            "particles; this step used J^-T v ≈ v / λ there.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def report_gpvi(guide_name, is_helper, nonfinite_steps, num_nonfinite, out, total):
+    """AutoGPVI's step report: warn from inside jitted code (one host call, made only when
+    something went wrong); returns the ``0.0`` to add to the loss (:func:`warn_from_jit`)."""
+    return warn_from_jit(
+        functools.partial(_warn_gpvi, guide_name, is_helper, nonfinite_steps),
+        (num_nonfinite, out.num_fallback),
+        total,
+        (out.helper_rel_loss, jax.lax.stop_gradient(out.helper_loss)),
     )

@@ -12,8 +12,6 @@ References:
   generative adversarial learning" (amortized SVGD).
 """
 
-import functools
-import math
 import warnings
 
 import jax
@@ -28,13 +26,14 @@ from numpyro_dais._autoguide import ContinuousGuide
 from numpyro_dais._checks import (
     check_batch_size,
     check_choice,
+    check_gpvi_objective,
     check_mesh,
     check_positive_float,
     check_positive_int,
     check_sample_shape,
 )
 from numpyro_dais._modelview import log_joint
-from numpyro_dais._reporting import warn_from_jit
+from numpyro_dais._reporting import report_gpvi
 from numpyro_dais._vectorise import map_batched, shard_particles
 from numpyro_dais.engine import gpvi, networks
 
@@ -42,78 +41,6 @@ from numpyro_dais.engine import gpvi, networks
 JACOBIANS = ("auto", *gpvi.JACOBIANS)
 #: ``jacobian="auto"`` solves exactly up to this latent dimension
 EXACT_MAX_DIM = 100
-
-
-def _warn(
-    guide_name,
-    is_helper,
-    nonfinite_steps,
-    num_nonfinite,
-    num_fallback,
-    total,
-    helper_rel_loss,
-    helper_loss,
-):
-    """``nonfinite_steps``: the guide's one-element count of steps with non-finite particles."""
-    n_bad, n_fb, total = int(num_nonfinite), int(num_fallback), int(total)
-    if n_bad:
-        nonfinite_steps[0] += 1
-    occurrence = nonfinite_steps[0]
-    if n_bad and math.log10(occurrence).is_integer():  # steps 1, 10, 100, ...: not a flood
-        warnings.warn(
-            f"{guide_name}: {n_bad} of {total} particles had a non-finite log joint or "
-            "gradient (the model's density is undefined there); they were left out of the "
-            "model-parameter gradient and steered back towards the finite particles. "
-            f"Step {occurrence} with such particles (reported at 1, 10, 100, ... steps). If "
-            "this persists, give the latent site a support that excludes the region (a "
-            "constrained distribution) so that the guide cannot reach it.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-    if n_fb and is_helper:
-        warnings.warn(
-            f"{guide_name}: the helper network diverged (loss {float(helper_loss):.4g}, "
-            f"{float(helper_rel_loss):.4g}× the loss of predicting 0). This step used "
-            "J^-T v ≈ v / λ instead of its prediction. Lower the helper's learning rate "
-            "(AutoGPVI.split_optimizer) or use jacobian='exact'.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-    elif n_fb:
-        warnings.warn(
-            f"{guide_name}: the generator Jacobian was singular at {n_fb} of {total} "
-            "particles; this step used J^-T v ≈ v / λ there.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-
-
-def _report(guide_name, is_helper, nonfinite_steps, num_nonfinite, out, total):
-    """Warn from inside jitted code (one host call, made only when something went wrong);
-    returns the ``0.0`` to add to the loss (:func:`~numpyro_dais._reporting.warn_from_jit`)."""
-    return warn_from_jit(
-        functools.partial(_warn, guide_name, is_helper, nonfinite_steps),
-        (num_nonfinite, out.num_fallback),
-        total,
-        (out.helper_rel_loss, jax.lax.stop_gradient(out.helper_loss)),
-    )
-
-
-def _check_objective(guide_name, elbo):
-    """AutoGPVI's loss is a surrogate whose *gradient* is the functional gradient; only
-    objectives that average per-draw losses (Trace_ELBO, TraceMeanField_ELBO) keep it so."""
-    from numpyro.infer import Trace_ELBO, TraceMeanField_ELBO
-
-    if elbo is None or isinstance(elbo, Trace_ELBO | TraceMeanField_ELBO):
-        return
-    raise ValueError(
-        f"{guide_name} trains under Trace_ELBO (or TraceMeanField_ELBO) only, got "
-        f"{type(elbo).__name__}: its loss is a surrogate whose gradient is the RKHS "
-        "functional gradient, and an objective that reweights or re-combines draws (e.g. "
-        "RenyiELBO) would silently turn it into a different, meaningless update. Use "
-        f"SVI(model, guide, optim, Trace_ELBO()); more particles: {guide_name}(..., "
-        "num_particles=N)."
-    )
 
 
 class AutoGPVI(ContinuousGuide):
@@ -349,7 +276,7 @@ class AutoGPVI(ContinuousGuide):
             eps = jax.random.normal(rng_key, (self.latent_dim,))
             return self._generator(layers, lam)(eps)
 
-        _check_objective(type(self).__name__, _numpyro.enclosing_elbo())
+        check_gpvi_objective(type(self).__name__, _numpyro.enclosing_elbo())
         if _numpyro.in_svi_init():  # only params and a latent value are kept: one draw
             _numpyro.emit_log_weight(f"{self.prefix}_gpvi_surrogate", jnp.zeros(()))
             return self._generator(layers, lam)(jax.random.normal(rng_key, (self.latent_dim,)))
@@ -386,7 +313,7 @@ class AutoGPVI(ContinuousGuide):
         star = jnp.argmax(jnp.isfinite(out.log_joint))
         factor = (out.log_joint[star] + out.monitor) + zero_with_grad
         if self.report_divergences:  # adds 0.0: the loss keeps the check in the program
-            factor += _report(
+            factor += report_gpvi(
                 type(self).__name__,
                 self._jac == "helper",
                 self._nonfinite_steps,
