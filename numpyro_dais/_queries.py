@@ -8,6 +8,7 @@ parameters once and hands them to :mod:`numpyro_dais._sampling`.
 References: Geffner & Domke (2021); Zenn & Bamler (2023), DAIS₀.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
@@ -27,6 +28,8 @@ from numpyro_dais.engine import dais0, gaussian
 from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransitionParams, TransportReport
 
 POSTERIOR_METHODS = ("q0", "dais", "importance")
+#: draws behind ``median`` and ``quantiles`` when ``posterior_method`` is not ``"q0"``
+SUMMARY_DRAWS = 2000
 
 
 class PosteriorQueries:
@@ -242,12 +245,29 @@ class PosteriorQueries:
             return dist.Normal(q0.loc, q0.scale).to_event(1)
         return dist.MultivariateNormal(q0.loc, scale_tril=q0.scale)
 
+    def _summary_draws(self, params):
+        """``(SUMMARY_DRAWS, D)`` draws by ``posterior_method`` on the set-up data (fixed
+        seed): what ``median`` and ``quantiles`` summarise when it is not ``"q0"``."""
+        args, kwargs = self._setup_args
+        args, kwargs = self._data(args, kwargs, self.posterior_method)
+        draw = self._compiled(self._draw)
+        fitted = self._params_from(params)
+        method = self.posterior_method
+        return draw(jax.random.key(0), fitted, args, kwargs, method, SUMMARY_DRAWS)
+
     def median(self, params):
-        """Posterior median from ``q0`` (its mean, constrained), as a dict of site values."""
+        """Posterior median, as a dict of site values: ``q0``'s mean, constrained, when
+        ``posterior_method="q0"``; else the coordinate-wise median of :data:`SUMMARY_DRAWS`
+        draws of ``posterior_method`` on the set-up data (fixed seed), so that it agrees
+        with ``sample_posterior``."""
+        if self.posterior_method != "q0":
+            return self._transform(jnp.nanmedian(self._summary_draws(params), axis=0))
         return self._transform(self._q0_of_z(params, check=True).loc)
 
     def quantiles(self, params, quantiles):
-        """Posterior quantiles from ``q0`` (marginal normal quantiles, constrained).
+        """Posterior quantiles: ``q0``'s marginal normal quantiles, constrained, when
+        ``posterior_method="q0"``; else coordinate-wise quantiles of the draws behind
+        :meth:`median`.
 
         :param quantiles: array of quantiles in ``(0, 1)``, e.g. ``[0.05, 0.5, 0.95]``.
         :return: dict of site values with a leading axis over ``quantiles``.
@@ -258,6 +278,9 @@ class PosteriorQueries:
                 f"`quantiles` must lie strictly inside (0, 1), got {quantiles!r}; q0 is a "
                 "Gaussian, whose 0 and 1 quantiles are infinite."
             )
+        if self.posterior_method != "q0":
+            draws = self._summary_draws(params)
+            return self._transform(jnp.nanquantile(draws, jnp.asarray(q), axis=0))
         q0 = self._q0_of_z(params, check=True)
         normal_q = dist.Normal(0.0, 1.0).icdf(jnp.asarray(q))
         return self._transform(q0.loc + normal_q[..., None] * gaussian.marginal_std(q0))
