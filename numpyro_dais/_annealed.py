@@ -36,12 +36,6 @@ from numpyro_dais.engine.transitions import KERNELS
 BASE_DISTS = ("diagonal", "cholesky")
 
 
-def preset_options(local_vars):
-    """A preset's ``locals()`` without ``self``, ``model`` and ``__class__``: the options it
-    hands on to :class:`AnnealedGuide` unchanged."""
-    return {k: v for k, v in local_vars.items() if k not in ("self", "model", "__class__")}
-
-
 class AnnealedGuide(PosteriorQueries, ContinuousGuide):
     """Annealing from a Gaussian ``q0`` to a target with ``K`` learnt transitions.
 
@@ -335,4 +329,4 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         return _objective.bound(self, rng_key, fitted, args, kwargs, batch)
 
 
-__all__ = ["AnnealedGuide", "init_to_uniform", "preset_options"]
+__all__ = ["AnnealedGuide", "init_to_uniform"]

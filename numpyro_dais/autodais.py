@@ -8,7 +8,8 @@ References:
   symmetrized KL divergence between initial and target distribution" (DAIS₀).
 """
 
-from numpyro_dais._annealed import AnnealedGuide, init_to_uniform, preset_options
+from numpyro_dais._annealed import AnnealedGuide, init_to_uniform
+from numpyro_dais._options import preset_options
 from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransportReport
 from numpyro_dais.targets import FullData
 

@@ -4,41 +4,13 @@ Reference: Zenn & Bamler (2023), "Resampling gradients vanish in differentiable 
 Monte Carlo samplers" (ICLR Tiny Papers).
 """
 
-from numpyro_dais._annealed import AnnealedGuide, init_to_uniform, preset_options
+from numpyro_dais._annealed import AnnealedGuide, init_to_uniform
+from numpyro_dais._options import RESAMPLING_OPTIONS, preset_options, resampling_configs
 from numpyro_dais.diagnostics import plot_ess
-from numpyro_dais.engine.resampling import RULES
-from numpyro_dais.engine.smc import ResamplingConfig
-from numpyro_dais.engine.validation import check_choice
 from numpyro_dais.results import SMCDiagnostics
 from numpyro_dais.targets import FullData
 
 __all__ = ["AutoDSMCS", "SMCDiagnostics", "plot_ess"]
-
-#: the options of a resampling configuration, as the guides name them
-RESAMPLING_OPTIONS = (
-    "resampling",
-    "resample_when",
-    "ess_threshold",
-    "resampling_gradient",
-    "gst_temperature",
-    "gst_gap",
-    "train_resample_when",
-)
-
-
-def resampling_configs(guide, options) -> tuple[ResamplingConfig, ResamplingConfig]:
-    """``(config, train_config)`` from a preset's keyword options (popped from ``options``
-    and set on ``guide``): ``config`` runs posterior draws, ``log_evidence`` and
-    ``diagnostics``; ``train_config`` the SVI loss, the same but for its rule
-    ``train_resample_when`` (``None``: ``resample_when``)."""
-    for name in RESAMPLING_OPTIONS:
-        setattr(guide, name, options.pop(name))
-    config = ResamplingConfig(*(getattr(guide, name) for name in RESAMPLING_OPTIONS[:-1]))
-    train = guide.train_resample_when
-    if train is None:
-        return config, config
-    check_choice("train_resample_when", train, RULES)
-    return config, config._replace(when=train)
 
 
 class AutoDSMCS(AnnealedGuide):

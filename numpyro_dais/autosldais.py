@@ -13,9 +13,9 @@ importance sampling" (SL-DAIS; NS-DAIS is their naive-subsampling baseline); Zen
 
 import warnings
 
-from numpyro_dais._annealed import AnnealedGuide, init_to_uniform, preset_options
+from numpyro_dais._annealed import AnnealedGuide, init_to_uniform
 from numpyro_dais._checks import check_choice, check_positive_int
-from numpyro_dais.autodsmcs import RESAMPLING_OPTIONS, resampling_configs
+from numpyro_dais._options import RESAMPLING_OPTIONS, preset_options, resampling_configs
 from numpyro_dais.targets import NaiveMiniBatch, Surrogate
 
 __all__ = ["AutoSurrogateLikelihoodDAIS", "AutoSurrogateLikelihoodDSMCS"]
