@@ -159,8 +159,8 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
 
     # -- set-up -------------------------------------------------------------------------------
 
-    def _setup_prototype(self, *args, **kwargs):
-        super()._setup_prototype(*args, **kwargs)
+    def _after_setup(self, args, kwargs):
+        super()._after_setup(args, kwargs)
         self._target.setup(self._view, self.prototype_trace, args, kwargs, self.prefix)
 
     def _set_up_from_curvature(self, args, kwargs, params):
@@ -289,7 +289,7 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
 
     # -- training call ----------------------------------------------------------------------------
 
-    def _sample_latent(self, *args, **kwargs):
+    def _latent_sample(self, *args, **kwargs):
         kwargs.pop("sample_shape", None)
         rng_key = numpyro.prng_key()
         params = self._model_params()

@@ -22,7 +22,6 @@ import numpy as np
 import numpyro
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
-from numpyro.infer.autoguide import AutoContinuous
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import constrain_fn, helpful_support_errors
 
@@ -33,10 +32,10 @@ from numpyro_dais._vectorise import jit_by_leaves, map_batched
 from numpyro_dais.engine import weights
 
 
-class ContinuousGuide(AutoContinuous):
+class ContinuousGuide(_numpyro.AutoContinuousBridge):
     """Base of the package's guides: a flat unconstrained latent ``z ∈ R^D``.
 
-    Subclasses implement ``_sample_latent`` (what a training call returns) and the
+    Subclasses implement ``_latent_sample`` (what a training call returns) and the
     posterior methods; this class gives them a :class:`ModelView` of the model, its current
     parameters, vectorised constraining of draws and checks of ``params``. Subclasses set
     their options (named in ``_options``) before calling ``__init__``; afterwards they are
@@ -79,12 +78,10 @@ class ContinuousGuide(AutoContinuous):
 
     # -- set-up -------------------------------------------------------------------------
 
-    def _setup_prototype(self, *args, **kwargs):
-        self._check_continuous(*args, **kwargs)
-        super()._setup_prototype(*args, **kwargs)
-        model = self.model
-        while isinstance(model, handlers.block):
-            model = model.fn
+    def _after_setup(self, args, kwargs):
+        """Once numpyro has traced the model: the :class:`ModelView`, the set-up data, the
+        model's own parameters and its plates."""
+        model = _numpyro.unblocked(self.model)
         transforms = {}
         for name, site in self.prototype_trace.items():
             if site["type"] == "sample" and not site["is_observed"]:
@@ -123,7 +120,7 @@ class ContinuousGuide(AutoContinuous):
         if not self.supports_subsampling:
             check_full_data(type(self).__name__, self._subsample_plates)
 
-    def _check_continuous(self, *args, **kwargs):
+    def _check_model(self, args, kwargs):
         """Refuse discrete latent sites before numpyro tries to enumerate them."""
         for name, site in trace_without_sampling(self.model, args, kwargs).items():
             if (
@@ -138,7 +135,7 @@ class ContinuousGuide(AutoContinuous):
                     "this one with handlers.block inside an AutoGuideList."
                 )
 
-    def _get_posterior(self):
+    def _fixed_posterior(self):
         raise NotImplementedError(
             f"{type(self).__name__} is not a fixed distribution; use get_posterior(params)."
         )

@@ -205,8 +205,8 @@ class AutoGPVI(ContinuousGuide):
 
     # -- set-up -------------------------------------------------------------------------------
 
-    def _setup_prototype(self, *args, **kwargs):
-        super()._setup_prototype(*args, **kwargs)
+    def _after_setup(self, args, kwargs):
+        super()._after_setup(args, kwargs)
         D = self.latent_dim
         k = D if self.noise_dim is None else self.noise_dim
         if not 1 <= k <= D:
@@ -263,7 +263,7 @@ class AutoGPVI(ContinuousGuide):
 
     # -- training call ----------------------------------------------------------------------
 
-    def _sample_latent(self, *args, **kwargs):
+    def _latent_sample(self, *args, **kwargs):
         kwargs.pop("sample_shape", None)
         rng_key = numpyro.prng_key()
         layers, lam = self._generator_params()
@@ -379,5 +379,5 @@ class AutoGPVI(ContinuousGuide):
             "sample_posterior(rng_key, params) to draw from it."
         )
 
-    def _get_posterior(self):
+    def _fixed_posterior(self):
         self.get_posterior(None)
