@@ -6,8 +6,8 @@ uses) and a sampler (:mod:`numpyro_dais.engine.samplers`: DAIS or SMC). ``AutoDA
 ``AutoDSMCS``, ``AutoSurrogateLikelihoodDAIS`` and ``AutoSurrogateLikelihoodDSMCS`` are
 presets of it that only choose the target and the sampler.
 
-References: Geffner & Domke (2021); Zhang et al. (2021); Zenn & Bamler (2023), DAIS₀ and
-DSMCS; Jankowiak & Phan (2022), SL-DAIS.
+References: Geffner & Domke (2021); Zhang et al. (2021); Zenn & Bamler (2024), DAIS₀, and
+(2023), DSMCS; Jankowiak & Phan (2022), SL-DAIS.
 """
 
 import jax

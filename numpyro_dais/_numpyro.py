@@ -187,8 +187,8 @@ class LogWeight(dist.Unit):
     ``dist.Unit`` reports ``has_rsample = False``, so ``TraceGraph_ELBO`` stops the gradient
     of an ordinary guide factor and would silently train on a zero gradient. Declaring
     ``log_factor`` reparameterised keeps it under every numpyro ELBO. If NumPyro's ELBOs
-    stop reading ``reparametrized_params``, ``tests/test_autodais.py`` (same gradient under
-    ``Trace_ELBO`` and ``TraceGraph_ELBO``) fails.
+    stop reading ``reparametrized_params``, the test suite's check of the same gradient under
+    ``Trace_ELBO`` and ``TraceGraph_ELBO`` fails.
     """
 
     reparametrized_params = ["log_factor"]
@@ -207,8 +207,7 @@ class FixPlates(Messenger):
 
     Relies on the layout of plate messages (``msg["args"] = (size, subsample_size, dim)``,
     ``msg["value"]`` the indices): if it changes, SL-DAIS's final term and NS-DAIS's
-    dynamics read the wrong rows, which the reduction tests of ``tests/test_autosldais.py``
-    catch.
+    dynamics read the wrong rows, which the test suite's reduction tests of SL-DAIS catch.
     """
 
     def __init__(self, indices):

@@ -1,6 +1,6 @@
 """The training objective of the annealed guides: the bound, the DAIS₀ term and the brake.
 
-References: Geffner & Domke (2021), the DAIS bound; Zenn & Bamler (2023), DAIS₀'s
+References: Geffner & Domke (2021), the DAIS bound; Zenn & Bamler (2024), DAIS₀'s
 symmetrised-KL term.
 """
 

@@ -5,7 +5,7 @@ check and ``q0`` as an explicit posterior (DAIS₀).
 public method checks its arguments, reads the guide's :class:`~numpyro_dais._sampling.Fitted`
 parameters once and hands them to :mod:`numpyro_dais._sampling`.
 
-References: Geffner & Domke (2021); Zenn & Bamler (2023), DAIS₀.
+References: Geffner & Domke (2021); Zenn & Bamler (2024), DAIS₀.
 """
 
 import jax

@@ -19,7 +19,7 @@ def warn_from_jit(warn_fn, counts, total, values=()) -> jax.Array:
     returns** (the loss): the call (:func:`numpyro_dais._hostcall.host_call`) sits inside a
     ``lax.cond``, and XLA keeps it only while its result is used. On CPU the call is an XLA
     FFI custom call, not a JAX host callback, so a step where nothing diverged costs what
-    the same step without the check costs (``benchmarks/autodais_vs_numpyro.py``); other
+    the same step without the check costs; other
     platforms use ``jax.pure_callback``. Under ``jax.grad`` alone (no value) the check is
     dropped with the value.
 

@@ -4,7 +4,7 @@ Each function takes the guide (read for its target, model view and sampler only:
 here calls back into it), the :class:`Fitted` parameters and the call's data. Particles
 run in the whitened coordinates ``u`` and come back in ``z = m + L u``.
 
-References: Geffner & Domke (2021); Zhang et al. (2021); Zenn & Bamler (2023).
+References: Geffner & Domke (2021); Zhang et al. (2021); Zenn & Bamler (2024), DAIS₀.
 """
 
 import math

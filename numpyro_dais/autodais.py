@@ -4,7 +4,7 @@ References:
   Geffner & Domke (2021), "MCMC variational inference via uncorrected Hamiltonian annealing".
   Zhang et al. (2021), "Differentiable annealed importance sampling and the perils of
   gradient noise".
-  Zenn & Bamler (2023), "Differentiable annealed importance sampling minimizes the
+  Zenn & Bamler (ICML 2024), "Differentiable annealed importance sampling minimizes the
   symmetrized KL divergence between initial and target distribution" (DAIS₀).
 """
 

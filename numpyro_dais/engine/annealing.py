@@ -16,11 +16,6 @@ def betas_from_increments(increments: jax.Array) -> jax.Array:
     return jnp.concatenate([jnp.zeros((1,), cumulative.dtype), cumulative / cumulative[-1]])
 
 
-def linear_betas(K: int) -> jax.Array:
-    """The linear schedule ``β_k = k / K``, shape ``(K + 1,)``."""
-    return betas_from_increments(jnp.ones(K))
-
-
 def log_gamma(beta, log_q0, log_target):
     """``log γ_β = (1 − β) log q0 + β ℓ`` from already evaluated terms (any shape)."""
     return (1.0 - beta) * log_q0 + beta * log_target

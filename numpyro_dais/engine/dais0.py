@@ -13,7 +13,7 @@ directly, from quantities a DAIS run already has:
   weights of the final particles ``z_K`` (consistent as ``N → ∞``), with the particles and
   weights held fixed, so only ``q0`` sees this term.
 
-Reference: Zenn & Bamler (2023), "Differentiable annealed importance sampling minimizes the
+Reference: Zenn & Bamler (ICML 2024), "Differentiable annealed importance sampling minimizes the
 symmetrized Kullback-Leibler divergence between initial and target distribution".
 """
 

@@ -114,7 +114,9 @@ def test_zero_nonfinite_grads():
 def test_betas_from_increments():
     betas = annealing.betas_from_increments(jnp.array([1.0, 3.0]))
     np.testing.assert_allclose(betas, [0.0, 0.25, 1.0])
-    np.testing.assert_allclose(annealing.linear_betas(4), [0, 0.25, 0.5, 0.75, 1.0])
+    np.testing.assert_allclose(
+        annealing.betas_from_increments(jnp.ones(4)), [0, 0.25, 0.5, 0.75, 1.0]
+    )
 
 
 def test_unknown_kernel():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from numpyro_dais.engine import dais, gaussian, smc, weights
-from numpyro_dais.engine.annealing import linear_betas
+from numpyro_dais.engine.annealing import betas_from_increments
 from numpyro_dais.engine.smc import ResamplingConfig
 
 D, K, N = 3, 6, 8
@@ -30,7 +30,9 @@ TARGET = dais.Target(log_target)
 
 
 def make(step_size=0.1):
-    params = dais.AnnealParams(linear_betas(K), jnp.full(K, step_size), jnp.ones(D), 0.9)
+    params = dais.AnnealParams(
+        betas_from_increments(jnp.ones(K)), jnp.full(K, step_size), jnp.ones(D), 0.9
+    )
     return TARGET, params
 
 
