@@ -6,6 +6,7 @@ from numpyro_dais.autodais import AutoDAIS
 from numpyro_dais.autodsmcs import AutoDSMCS
 from numpyro_dais.autogpvi import AutoGPVI
 from numpyro_dais.autosldais import AutoSurrogateLikelihoodDAIS, AutoSurrogateLikelihoodDSMCS
+from numpyro_dais.chains import run_chains
 from numpyro_dais.diagnostics import (
     TransitionParams,
     plot_ess,
@@ -28,6 +29,7 @@ __all__ = [
     "__version__",
     "plot_ess",
     "plot_transitions",
+    "run_chains",
     "to_inference_data",
     "transition_params",
 ]

@@ -86,14 +86,15 @@ def test_matches_arviz_psislw_in_float32_to_rounding():
 @pytest.mark.skipif(_arviz_major() is None or _arviz_major() < 1, reason="needs ArviZ 1.x")
 def test_close_to_arviz_stats_psislw():
     """ArviZ 1.x (arviz-stats) fits ``⌊3√S⌋`` tail draws where ArviZ 0.x, NumPyro and R's
-    loo fit ``⌈3√S⌉``: one draw fewer at S = 1000, so k̂ agrees to a few hundredths only."""
+    loo fit ``⌈3√S⌉``: one draw fewer at S = 1000, so k̂ agrees to 0.03 (measured: 0.011;
+    equal at S = 100, where both fit S/5 = 20 draws)."""
     from arviz_stats.base import array_stats
 
     for lw in REFERENCE.values():
         _, ref_k = array_stats.psislw(-lw)  # arviz-stats takes the negated log weights
         with jax.enable_x64(True):
             k = float(psis.pareto_k(jnp.asarray(lw)).k)
-        np.testing.assert_allclose(k, ref_k, rtol=0, atol=0.1)
+        np.testing.assert_allclose(k, ref_k, rtol=0, atol=0.03)
 
 
 def test_matches_numpyro_psis_diagnostic():
