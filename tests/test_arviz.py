@@ -1,9 +1,20 @@
 """``numpyro_dais.to_inference_data``: the ArviZ export (the ``[arviz]`` extra), with
 ArviZ 0.x (an ``InferenceData``) or ArviZ 1.x (an xarray ``DataTree``), whichever is
-installed: Python 3.11 gets 0.x; ArviZ 1.x needs Python >= 3.12."""
+installed: Python 3.11 gets 0.x; ArviZ 1.x needs Python >= 3.12.
+
+To run these tests under the other ArviZ major too, point ``NUMPYRO_DAIS_OTHER_ARVIZ_PYTHON``
+at a Python that has it with this package's dependencies, e.g. on Python 3.12::
+
+    python3.12 -m venv /tmp/venv312
+    /tmp/venv312/bin/pip install -e ".[test]" "arviz>=1"
+    NUMPYRO_DAIS_OTHER_ARVIZ_PYTHON=/tmp/venv312/bin/python pytest tests/test_arviz.py
+"""
 
 import logging
+import os
+import subprocess
 import sys
+from pathlib import Path
 from typing import NamedTuple
 
 import jax
@@ -249,3 +260,40 @@ def test_pareto_k_of_the_evidence_weights_in_the_attributes(fitted):
     assert len(ks) == 2 and all(k < psis.K_BAD for k in ks)
     single = to_inference_data(guide, result.params[0], X, y, num_samples=S)
     assert isinstance(single.posterior.attrs["log_Z_pareto_k"], float)
+
+
+OTHER_PYTHON = os.environ.get("NUMPYRO_DAIS_OTHER_ARVIZ_PYTHON")
+
+
+@pytest.mark.skipif(
+    not OTHER_PYTHON,
+    reason="set NUMPYRO_DAIS_OTHER_ARVIZ_PYTHON to a Python with the other ArviZ major "
+    "(this module's docstring says how)",
+)
+def test_under_the_other_arviz_major():
+    """This module and the PSIS tests, run by a Python whose ArviZ has the other major
+    version, on this working tree."""
+    root = Path(__file__).resolve().parent.parent
+    # its own conftest sets XLA's flags and JAX's cache for its jaxlib (which may reject
+    # this one's flags)
+    drop = ("NUMPYRO_DAIS_OTHER_ARVIZ_PYTHON", "XLA_FLAGS", "JAX_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env["PYTHONPATH"] = str(root)
+    probe = subprocess.run(
+        [OTHER_PYTHON, "-c", "import arviz; print(arviz.__version__)"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert probe.returncode == 0, probe.stderr
+    other = int(probe.stdout.strip().split(".")[0])
+    assert other != int(az.__version__.split(".")[0]), f"both have ArviZ {other}.x"
+    tests = ["tests/test_arviz.py", "tests/engine/test_psis.py"]
+    run = subprocess.run(
+        [OTHER_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
