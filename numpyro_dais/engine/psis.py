@@ -61,24 +61,25 @@ _NEGLIGIBLE = 10 * 2.220446049250313e-16
 class ParetoK(NamedTuple):
     """The generalised Pareto fit to the upper tail of importance weights (one per row)."""
 
-    #: shape ``k̂`` (with the weak prior of Vehtari et al. 2024); see the module's thresholds
     k: jax.Array
-    #: scale ``σ̂`` of the fit to the tail's exceedances over the cutoff, with the weights
-    #: scaled so that the largest is 1 (NaN where there is no fit)
+    """Shape ``k̂`` (with the weak prior of Vehtari et al. 2024); see the module's
+    thresholds. ``inf``: no fit (unreliable); ``-inf``: the largest weights are tied."""
     sigma: jax.Array
-    #: tail draws fitted: ``M`` less the ties at the cutoff (``< 5``: no fit)
+    """Scale ``σ̂`` of the fit to the tail's exceedances over the cutoff, with the weights
+    scaled so that the largest is 1 (NaN where there is no fit)."""
     num_tail: jax.Array
-    #: draws ``S`` (the length of the draw axis)
+    """Tail draws fitted: ``M`` less the ties at the cutoff (fewer than 5: no fit)."""
     num_draws: jax.Array
+    """Draws ``S`` (the length of the draw axis)."""
 
 
 class PSIS(NamedTuple):
     """PSIS-smoothed log weights and the fit that smoothed them."""
 
-    #: smoothed log weights, on the scale of the input (not normalised), same shape
     log_weights: jax.Array
-    #: the tail fit (:func:`pareto_k`)
+    """Smoothed log weights, on the scale of the input (not normalised), same shape."""
     pareto_k: ParetoK
+    """The tail fit (:func:`pareto_k`)."""
 
 
 def tail_size(num_draws: int, r_eff: float = 1.0) -> int:
