@@ -5,6 +5,7 @@ from numpyro_dais.autodais import AutoDAIS
 from numpyro_dais.autodsmcs import AutoDSMCS
 from numpyro_dais.autogpvi import AutoGPVI
 from numpyro_dais.autosldais import AutoSurrogateLikelihoodDAIS, AutoSurrogateLikelihoodDSMCS
+from numpyro_dais.chains import run_chains
 from numpyro_dais.diagnostics import plot_ess, plot_transitions, transition_params
 from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransitionParams, TransportReport
 
@@ -23,6 +24,7 @@ __all__ = [
     "__version__",
     "plot_ess",
     "plot_transitions",
+    "run_chains",
     "to_inference_data",
     "transition_params",
 ]

@@ -6,6 +6,7 @@ does the same for the guides of this package (and any NumPyro autoguide with
 """
 
 import inspect
+from collections.abc import Mapping, Sequence
 
 import jax
 import numpy as np
@@ -63,8 +64,42 @@ def _dims(trace, name, shape):
     return dims
 
 
-def _arrays(tree, chain=True):
-    return {k: np.asarray(v)[None] if chain else np.asarray(v) for k, v in tree.items()}
+def _stack(trees):
+    """``{name: (C, S, ...)}`` from one ``{name: (S, ...)}`` per chain."""
+    return {k: np.stack([np.asarray(t[k]) for t in trees]) for k in trees[0]}
+
+
+def arviz_version() -> tuple[int, ...]:
+    """The installed ArviZ's version as a tuple of ints, e.g. ``(0, 23, 4)`` or ``(1, 3, 0)``;
+    ``ImportError`` (naming the extra) without ArviZ."""
+    try:
+        import arviz as az
+    except ImportError as err:
+        raise ImportError(
+            "to_inference_data needs ArviZ: `pip install numpyro-dais[arviz]` (or `pip "
+            "install arviz`)."
+        ) from err
+    return tuple(int(p) for p in az.__version__.split(".")[:3] if p.isdigit())
+
+
+def _from_dict(groups, dims, attrs):
+    """ArviZ's container of ``groups`` (each ``{name: array}``): ``InferenceData`` for ArviZ
+    0.x, an xarray ``DataTree`` for 1.x. ``attrs`` go to the root and to the posterior."""
+    import arviz as az
+
+    if arviz_version() < (1,):
+        data = az.from_dict(**groups, dims=dims, attrs=attrs)
+        data.posterior.attrs.update(attrs)
+        return data
+    return az.from_dict(groups, dims=dims, attrs={"/": attrs, "posterior": attrs})
+
+
+def _as_list(value, name):
+    if isinstance(value, Mapping):
+        return [value]
+    if isinstance(value, Sequence) and not isinstance(value, str) and len(value) > 0:
+        return list(value)
+    raise TypeError(f"`{name}` must be a dict of parameters or a non-empty list of them.")
 
 
 def to_inference_data(
@@ -81,22 +116,40 @@ def to_inference_data(
     batch_size=None,
     **kwargs,
 ):
-    """An ``arviz.InferenceData`` of a trained guide.
+    """ArviZ's data of one or several trained guides: an ``arviz.InferenceData`` with ArviZ
+    0.x, an xarray ``DataTree`` with ArviZ 1.x (same groups, dims and attributes).
 
-    Groups: ``posterior`` (``num_samples`` draws of ``guide.sample_posterior``, one chain,
+    Groups: ``posterior`` (``num_samples`` draws of ``guide.sample_posterior`` per chain,
     deterministic sites included), ``log_likelihood`` (pointwise, per observed site: what
     ``az.loo`` and ``az.compare`` need), ``observed_data`` and, if asked for,
     ``posterior_predictive``. Deterministic sites are recomputed by ``model`` from the
-    latent draws. Dimensions are named after the model's plates. For guides with
-    ``log_evidence`` the attributes (of the ``InferenceData`` and of its posterior) hold
-    ``log_Z``, its standard error ``log_Z_se`` and the ``log_Z_ess`` of
-    ``evidence_particles`` weighted particles.
+    latent draws. Dimensions are named after the model's plates.
+
+    **Chains.** ``params`` is one fit's parameters (one chain) or a list of independent
+    fits' parameters, one chain each: e.g. ``svi.run`` with ``C`` different keys, or
+    :func:`~numpyro_dais.run_chains`. Then ``az.summary`` reports ``r_hat`` and the bulk/tail
+    ESS over the fits, as for MCMC chains: ``r_hat`` well above 1.01 says the fits disagree
+    (one did not converge, or they found different modes), which one fit's draws cannot
+    show. Several draw sets of one fit would always agree, and are not offered. ``guide`` is
+    the guide they were trained with, or a list of guides, one per entry of ``params``
+    (guides set up separately).
+
+    **Attributes** (of the data and of its posterior): ``inference_library``, ``guide``,
+    ``posterior_method``, ``num_chains``; for guides with ``log_evidence``, ``log_Z``, its
+    standard error ``log_Z_se``, the ``log_Z_ess`` of ``evidence_particles`` weighted
+    particles and ``log_Z_particles``, plus ``log_Z_pareto_k``, the Pareto ``k̂`` of those
+    weights, where ``log_evidence`` returns one (``pareto_k``). With one chain they are
+    numbers; with several, lists with one entry per chain (each fit has its own evidence
+    estimate: compare them, or pool them yourself).
 
     :param guide: a trained guide (``AutoDAIS``, ``AutoSurrogateLikelihoodDAIS``,
-        ``AutoDSMCS``, ``AutoGPVI``, or a NumPyro autoguide).
-    :param dict params: trained parameters (``svi_result.params``).
+        ``AutoDSMCS``, ``AutoGPVI``, or a NumPyro autoguide), or a list of them, one per
+        chain.
+    :param params: trained parameters (``svi_result.params``), or a list of them, one per
+        chain.
     :param args: the model's arguments, data included (as for ``log_evidence``).
-    :param int num_samples: posterior draws ``S``; every group has shape ``(1, S, ...)``.
+    :param int num_samples: posterior draws ``S`` per chain; every group has shape
+        ``(C, S, ...)``.
     :param str method: ``sample_posterior``'s ``method`` (``"q0"``, ``"dais"``,
         ``"importance"``); ``None``: the guide's default.
     :param rng_key: a JAX key; ``None``: ``jax.random.key(0)``.
@@ -108,17 +161,69 @@ def to_inference_data(
     :param int batch_size: draws (and particles) computed at once; ``None``: all at once.
     :param kwargs: the model's keyword arguments.
     """
-    try:
-        import arviz as az
-    except ImportError as err:
-        raise ImportError(
-            "to_inference_data needs ArviZ: `pip install numpyro-dais[arviz]` (or `pip "
-            "install arviz`)."
-        ) from err
-    model = guide.model if model is None else model
+    arviz_version()  # ImportError naming the extra, before any work
+    params = [dict(p) for p in _as_list(params, "params")]
+    guides = [guide] * len(params) if not isinstance(guide, Sequence) else list(guide)
+    if len(guides) != len(params):
+        raise ValueError(f"{len(guides)} guides for {len(params)} sets of parameters.")
+    num_chains = len(params)
     rng_key = jax.random.key(0) if rng_key is None else rng_key
+    chain_keys = [rng_key] if num_chains == 1 else list(jax.random.split(rng_key, num_chains))
+
+    options = dict(
+        num_samples=num_samples,
+        method=method,
+        log_likelihood=log_likelihood,
+        posterior_predictive=posterior_predictive,
+        evidence_particles=evidence_particles,
+        model=model,
+        batch_size=batch_size,
+    )
+    chains = [
+        _one_chain(g, p, k, args, kwargs, **options)
+        for g, p, k in zip(guides, params, chain_keys, strict=True)
+    ]
+    first = chains[0]
+    groups = {
+        "posterior": _stack([c["posterior"] for c in chains]),
+        "observed_data": {k: np.asarray(v) for k, v in first["observed"].items()},
+    }
+    for group in ("log_likelihood", "posterior_predictive"):
+        if group in first:
+            groups[group] = _stack([c[group] for c in chains])
+
+    names = {type(g).__name__ for g in guides}
+    attrs = {
+        "inference_library": "numpyro",
+        "guide": names.pop() if len(names) == 1 else [type(g).__name__ for g in guides],
+        "num_chains": num_chains,
+    }
+    if "posterior_method" in first:
+        attrs["posterior_method"] = first["posterior_method"]
+    for name in first.get("evidence", {}):
+        values = [c["evidence"][name] for c in chains]
+        attrs[name] = values[0] if num_chains == 1 else values
+    return _from_dict(groups, first["dims"], attrs)
+
+
+def _one_chain(
+    guide,
+    params,
+    rng_key,
+    args,
+    kwargs,
+    *,
+    num_samples,
+    method,
+    log_likelihood,
+    posterior_predictive,
+    evidence_particles,
+    model,
+    batch_size,
+):
+    """One fit's groups (``(S, ...)`` arrays), dims and evidence attributes."""
+    model = guide.model if model is None else model
     key_post, key_pred, key_ev = jax.random.split(rng_key, 3)
-    params = dict(params)
 
     accepts = inspect.signature(guide.sample_posterior).parameters
     options = {"sample_shape": (num_samples,)}
@@ -161,26 +266,26 @@ def to_inference_data(
     dims = {n: _dims(trace, n, np.shape(v)[1:]) for n, v in posterior.items()}
     dims.update({n: _dims(trace, n, np.shape(v)) for n, v in observed.items()})
 
-    groups = {"posterior": _arrays(posterior), "observed_data": _arrays(observed, chain=False)}
+    out = {"posterior": posterior, "observed": observed, "dims": dims}
     if log_likelihood:
-        ll = numpyro_log_likelihood(model, latents, *args, batch_ndims=1, **kwargs)
-        groups["log_likelihood"] = _arrays(ll)
+        out["log_likelihood"] = numpyro_log_likelihood(
+            model, latents, *args, batch_ndims=1, **kwargs
+        )
     if posterior_predictive:
-        groups["posterior_predictive"] = _arrays({n: replayed[n] for n in observed})
-
-    attrs = {"inference_library": "numpyro", "guide": type(guide).__name__}
+        out["posterior_predictive"] = {n: replayed[n] for n in observed}
     if method is not None or hasattr(guide, "posterior_method"):
-        attrs["posterior_method"] = method or guide.posterior_method
+        out["posterior_method"] = method or guide.posterior_method
     if evidence_particles and hasattr(guide, "log_evidence"):
         ev = guide.log_evidence(
             key_ev, params, *args, num_particles=evidence_particles, batch_size=batch_size, **kwargs
         )
-        attrs.update(
-            log_Z=float(ev.log_Z),
-            log_Z_se=float(ev.se),
-            log_Z_ess=float(ev.ess),
-            log_Z_particles=int(evidence_particles),
-        )
-    idata = az.from_dict(**groups, dims=dims, attrs=attrs)
-    idata.posterior.attrs.update(attrs)
-    return idata
+        out["evidence"] = {
+            "log_Z": float(ev.log_Z),
+            "log_Z_se": float(ev.se),
+            "log_Z_ess": float(ev.ess),
+            "log_Z_particles": int(evidence_particles),
+        }
+        k = getattr(ev, "pareto_k", None)
+        if k is not None:
+            out["evidence"]["log_Z_pareto_k"] = float(getattr(k, "k", k))
+    return out
