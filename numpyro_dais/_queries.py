@@ -24,7 +24,7 @@ from numpyro_dais._checks import (
     check_sample_shape,
 )
 from numpyro_dais._selfcheck import check_q0_once, transport_verdict
-from numpyro_dais.engine import dais0, gaussian
+from numpyro_dais.engine import dais0, gaussian, psis
 from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransitionParams, TransportReport
 
 POSTERIOR_METHODS = ("q0", "dais", "importance")
@@ -51,6 +51,7 @@ class PosteriorQueries:
         method=None,
         batch_size=None,
         mesh=None,
+        return_pareto_k=False,
         **kwargs,
     ):
         """Posterior draws, vectorised.
@@ -65,7 +66,11 @@ class PosteriorQueries:
             particle systems, one per draw) are split evenly over all its devices, so its
             size must divide the number of draws and ``batch_size``. Same draws as without
             it, for the same key. ``None``: one device.
-        :return: dict of site values with leading shape ``sample_shape``.
+        :param return_pareto_k: also return the Pareto ``k̂`` of the weights behind the
+            draws (``"importance"``: every particle of every system, pooled; ``"dais"``: the
+            end points'; ``None`` for ``"q0"``). Above ``min(1 − 1/log10 S, 0.7)`` the draws
+            may be far from the posterior, and a ``RuntimeWarning`` says so either way.
+        :return: dict of site values with leading shape ``sample_shape`` (and ``k̂``).
         """
         method = self.posterior_method if method is None else method
         check_choice("method", method, POSTERIOR_METHODS)
@@ -79,7 +84,7 @@ class PosteriorQueries:
             args, kwargs = self._data(args, kwargs, method)
         else:
             check_q0_once(self, params)
-        draws = self._compiled(self._sample_posterior)(
+        draws, k = self._compiled(self._sample_posterior)(
             rng_key,
             fitted,
             params,
@@ -91,19 +96,23 @@ class PosteriorQueries:
             mesh,
         )
         if method != "q0":
-            _sampling.warn_if_not_finite(
-                type(self).__name__, draws, method, self._num_draws(sample_shape)
-            )
-        return draws
+            n = self._num_draws(sample_shape)
+            _sampling.warn_if_not_finite(type(self).__name__, draws, method, n)
+            S = n * (self.num_particles if method == "importance" else 1)
+            what = f"the weights behind the {method!r} draws (S = {S})"
+            _sampling.warn_if_heavy_tailed(type(self).__name__, k, S, what)
+        return (draws, k) if return_pareto_k else draws
 
     def _sample_posterior(
         self, rng_key, fitted, params, args, kwargs, sample_shape, method, batch_size, mesh=None
     ):
         n = self._num_draws(sample_shape)
-        latents = self._draw(rng_key, fitted, args, kwargs, method, n, batch_size, mesh)
-        return self._reshape_draws(
-            self._constrain(latents, params, args, kwargs, batch_size), sample_shape
+        latents, log_w = _sampling.weighted_draws(
+            self, rng_key, fitted, args, kwargs, method, n, batch_size, mesh
         )
+        k = None if log_w is None else psis.pareto_k(jnp.reshape(log_w, -1)).k
+        draws = self._constrain(latents, params, args, kwargs, batch_size)
+        return self._reshape_draws(draws, sample_shape), k
 
     def log_evidence(
         self, rng_key, params, *args, num_particles=1000, batch_size=None, mesh=None, **kwargs
@@ -111,14 +120,16 @@ class PosteriorQueries:
         """Estimate ``log Z = log p(x)`` from ``num_particles`` weighted particles (in systems
         of at most ``batch_size``), on the full data passed here.
 
-        Returns ``LogEvidence(log_Z, ess, se)``. ``se`` is the standard error of ``log_Z``
+        Returns ``LogEvidence(log_Z, ess, se, pareto_k)``. ``se`` is the standard error of ``log_Z``
         by the delta method on the weights (``se² ≈ (N / ess − 1) / (N − 1)`` for DAIS;
         for SMC the variance estimate of Lee & Whiteley (2018) through each system's
         genealogy, combined over the systems). The estimate is biased low by about
         ``se² / 2`` (Jensen). To compare two models, a difference of ``log_Z`` has standard
         error ``sqrt(se_1² + se_2²)``. Both ``ess`` and ``se`` are estimated from the weights
         themselves, so with an ``ess`` of a few the error bar is itself unreliable: use more
-        particles.
+        particles. ``pareto_k`` judges the weights' tail (Vehtari et al. 2024): above
+        ``min(1 − 1/log10 S, 0.7)`` (``S`` the particles of one system) the estimate is
+        unreliable whatever ``se`` says, and a ``RuntimeWarning`` names the fix.
 
         ``mesh``: a :class:`jax.sharding.Mesh`; each system's particles are split evenly over
         all its devices (its size must divide ``num_particles`` and ``batch_size``), and XLA
@@ -131,9 +142,15 @@ class PosteriorQueries:
         mesh = check_mesh(type(self).__name__, mesh, num_particles, batch_size)
         state = self._params_from(params)
         args, kwargs = self._data(args, kwargs, "importance")
-        return self._compiled(self._log_evidence)(
+        out = self._compiled(self._log_evidence)(
             rng_key, state, args, kwargs, num_particles, batch_size, mesh
         )
+        resampled = self._sampler.resampling is not None and batch_size is not None
+        system = min(batch_size, num_particles) if resampled else num_particles
+        _sampling.warn_if_heavy_tailed(
+            type(self).__name__, out.pareto_k, system, f"log_evidence's weights (S = {system})"
+        )
+        return out
 
     def _log_evidence(self, rng_key, fitted, args, kwargs, num_particles, batch_size, mesh=None):
         return _sampling.log_evidence(

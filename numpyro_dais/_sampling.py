@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from numpyro_dais._vectorise import map_batched, map_chunks, shard_particles
-from numpyro_dais.engine import dais, gaussian, preconditioning, samplers, smc, weights
+from numpyro_dais.engine import dais, gaussian, preconditioning, psis, samplers, smc, weights
 from numpyro_dais.results import LogEvidence, SMCDiagnostics
 
 
@@ -75,15 +75,24 @@ def run(guide, rng_key, fitted: Fitted, args, kwargs, N, final, **options):
 def draw(guide, rng_key, fitted, args, kwargs, method, num_draws, batch_size=None, mesh=None):
     """``num_draws`` flat unconstrained draws ``(S, D)`` by ``method`` (``"q0"``, ``"dais"``
     or ``"importance"``); with a ``mesh``, the draws' axis is split over it."""
+    out = weighted_draws(guide, rng_key, fitted, args, kwargs, method, num_draws, batch_size, mesh)
+    return out[0]
+
+
+def weighted_draws(guide, rng_key, fitted, args, kwargs, method, num_draws, batch_size, mesh):
+    """:func:`draw`'s draws and the log weights of the particles behind them: ``(S,)`` for
+    ``"dais"`` (each end point's), ``(S, num_particles)`` for ``"importance"`` (each system's,
+    resampled from), ``None`` for ``"q0"``."""
     if method == "q0":
         u = gaussian.sample(rng_key, fitted.q0, (num_draws,))
         z = u if fitted.affine is None else preconditioning.to_z(fitted.affine, u)
-        return shard_particles(z, mesh)
+        return shard_particles(z, mesh), None
     if method == "dais":
 
         def end_points(key, n):  # a diverged particle's end point is no draw: NaN, reported
             out = run(guide, key, fitted, args, kwargs, n, "omit")
-            return jnp.where(jnp.isfinite(out.log_weights)[:, None], out.z, jnp.nan)
+            finite = jnp.isfinite(out.log_weights)
+            return jnp.where(finite[:, None], out.z, jnp.nan), out.log_weights
 
         return map_chunks(end_points, rng_key, num_draws, batch_size, mesh)
 
@@ -92,7 +101,7 @@ def draw(guide, rng_key, fitted, args, kwargs, method, num_draws, batch_size=Non
         out = run(guide, key_run, fitted, args, kwargs, guide.num_particles, "target")
         z = out.z[jax.random.categorical(key_pick, out.log_weights)]
         # every particle diverged: no draw (NaN, reported), not a diverged particle's z
-        return jnp.where(jnp.isfinite(jnp.max(out.log_weights)), z, jnp.nan)
+        return jnp.where(jnp.isfinite(jnp.max(out.log_weights)), z, jnp.nan), out.log_weights
 
     return map_batched(importance, jax.random.split(rng_key, num_draws), batch_size, mesh)
 
@@ -117,9 +126,22 @@ def warn_if_not_finite(guide_name, draws, method, num_draws):
         )
 
 
+def warn_if_heavy_tailed(guide_name, k, num_draws, what):
+    """Warn when the Pareto ``k̂`` of ``num_draws`` weights is above the reliable threshold
+    (:func:`numpyro_dais.engine.psis.pareto_k_warning`); nothing under ``jit``, nor with 20
+    draws or fewer (no tail to fit)."""
+    if isinstance(k, jax.core.Tracer) or num_draws <= 20:
+        return
+    fit = psis.ParetoK(np.asarray(k), np.nan, np.nan, num_draws)
+    message = psis.pareto_k_warning(fit, what)
+    if message is not None:
+        warnings.warn(f"{guide_name}: {message}", RuntimeWarning, stacklevel=4)
+
+
 def log_evidence(guide, rng_key, fitted, args, kwargs, num_particles, batch_size, mesh=None):
     """:class:`LogEvidence` from ``num_particles`` weights: pooled i.i.d. chunks for DAIS;
-    independent systems of ``batch_size`` combined through their genealogies for SMC."""
+    independent systems of ``batch_size`` combined through their genealogies for SMC (``k̂``
+    of each system's final weights, the largest reported)."""
     if guide._sampler.resampling is None:
         weights_of = lambda k, n: run(guide, k, fitted, args, kwargs, n, "target").log_weights
         log_w = map_chunks(weights_of, rng_key, num_particles, batch_size, mesh)
@@ -133,8 +155,11 @@ def log_evidence(guide, rng_key, fitted, args, kwargs, num_particles, batch_size
 
         keys = jax.random.split(rng_key, math.ceil(num_particles / size))
         log_w, log_Z, se = jax.lax.map(system, keys)
+        k = jnp.max(psis.pareto_k(log_w).k)  # each system's final weights
         log_w, se = log_w.reshape(-1)[:num_particles], weights.combine_se(log_Z, se)
-    return LogEvidence(weights.log_mean_exp(log_w), weights.ess(log_w), se)
+        return LogEvidence(weights.log_mean_exp(log_w), weights.ess(log_w), se, k)
+    k = psis.pareto_k(log_w).k
+    return LogEvidence(weights.log_mean_exp(log_w), weights.ess(log_w), se, k)
 
 
 def diagnostics(guide, rng_key, fitted, args, kwargs, num_systems):

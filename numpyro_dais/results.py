@@ -18,6 +18,11 @@ class LogEvidence(NamedTuple):
     """``()`` standard error of ``log_Z`` (delta method on the weights, through the
     genealogy for SMC: :func:`numpyro_dais.engine.weights.log_mean_exp_se`); too small when
     ``ess`` is small."""
+    pareto_k: jax.Array
+    """``()`` Pareto ``k̂`` of the weights (:func:`numpyro_dais.engine.psis.pareto_k`;
+    for SMC the largest over the independent systems): below 0.5 the estimate converges at
+    the usual rate; above ``min(1 − 1/log10 S, 0.7)`` it is unreliable, however small ``se``
+    looks, and ``log_evidence`` warns. ``inf`` with 20 particles or fewer (no tail to fit)."""
 
 
 class TransportReport(NamedTuple):

@@ -18,7 +18,7 @@ towards 0.5 with the weight of 10 observations). ``k̂`` is that fit's shape:
 
 Same algorithm and constants as ArviZ's ``psislw`` (``arviz.stats.stats._psislw``,
 ``_gpdfit``, ``_gpinv``) and NumPyro's ``psis_diagnostic`` (``numpyro.infer.importance``), so
-the numbers agree with theirs (to rounding: ``tests/engine/test_psis.py``). Written in JAX
+the numbers agree with theirs (to rounding; the test suite checks it). Written in JAX
 rather than calling NumPyro's private, NumPy-only ``_fit_generalized_pareto``: these functions
 run under ``jit`` and ``vmap`` (e.g. ``k̂`` per SMC transition inside a compiled program),
 compute in the dtype of the weights (float32 unless x64 is on), and also smooth.
