@@ -158,11 +158,13 @@ class PosteriorQueries:
         )
 
     def diagnostics(self, rng_key, params, *args, num_systems=None, **kwargs) -> SMCDiagnostics:
-        """ESS per transition, resampling flags and ``log Ẑ`` of fresh particle systems of
-        ``num_particles``, on the full data passed here.
+        """ESS per transition, resampling flags, ``log Ẑ`` and the Pareto ``k̂`` of each
+        transition's incremental weights, for fresh particle systems of ``num_particles``,
+        on the full data passed here.
 
         :param params: trained parameters (``svi_result.params``).
-        :param num_systems: ``None`` for one system (shapes ``(K,)``, ``(K,)``, ``()``), or
+        :param num_systems: ``None`` for one system (shapes ``(K,)``, ``(K,)``, ``()``,
+            ``(K,)``), or
             an int ``S`` for ``S`` independent systems (a leading ``(S,)`` axis).
         """
         fitted = self._params_from(params)

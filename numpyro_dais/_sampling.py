@@ -167,7 +167,8 @@ def diagnostics(guide, rng_key, fitted, args, kwargs, num_systems):
 
     def one(key):
         out = run(guide, key, fitted, args, kwargs, guide.num_particles, "target", trace=True)
-        return SMCDiagnostics(out.trace.ess, out.trace.resampled, out.log_Z)
+        k = psis.pareto_k(out.trace.log_increments).k
+        return SMCDiagnostics(out.trace.ess, out.trace.resampled, out.log_Z, k)
 
     if num_systems is None:
         return one(rng_key)

@@ -49,6 +49,11 @@ class SMCDiagnostics(NamedTuple):
     """``(..., K)`` bool: resampled just before transition ``k`` (never for DAIS)."""
     log_Z: jax.Array
     """``(...,)`` the bound's value ``L = log Ẑ`` of each particle system."""
+    pareto_k: jax.Array
+    """``(..., K)`` Pareto ``k̂`` of the incremental weights ``w̃_k`` of transition ``k``
+    over the system's ``N`` particles (:func:`numpyro_dais.engine.psis.pareto_k`): where it
+    exceeds 0.7 the transition's target is poorly covered by the particles it starts from
+    (a larger ``K`` spreads the annealing). ``inf`` for ``N ≤ 20``: too few to fit a tail."""
 
 
 class TransitionParams(NamedTuple):

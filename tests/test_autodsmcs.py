@@ -152,8 +152,11 @@ def test_diagnostics(trained):
     assert d.ess.shape == (K,) and d.resampled.shape == (K,) and d.log_Z.shape == ()
     assert np.all(d.resampled[1:]) and not d.resampled[0]  # resample_when="always"
     assert np.all((d.ess >= 1 - 1e-4) & (d.ess <= N + 1e-4))
+    # N = 8 particles: too few for a tail fit, k̂ = inf by definition (not a verdict)
+    assert d.pareto_k.shape == (K,) and np.all(np.isinf(d.pareto_k))
     many = guide.diagnostics(jax.random.PRNGKey(7), result.params, Y, num_systems=4)
     assert many.ess.shape == (4, K) and many.log_Z.shape == (4,)
+    assert many.pareto_k.shape == (4, K)
     ev = guide.log_evidence(jax.random.PRNGKey(8), result.params, Y, num_particles=64)
     # log evidence of the conjugate model, E[L] ≤ log Z; a K=3, N=64 estimate within 0.5
     n = len(Y)

@@ -75,6 +75,7 @@ def test_plots_and_exports(hmc):
         ess=np.array([[4.0, 3.0], [2.0, 4.0]]),
         resampled=np.array([[False, True], [False, False]]),
         log_Z=np.zeros(2),
+        pareto_k=np.full((2, 2), np.inf),
     )
     ax = plot_ess(d, num_particles=4)
     assert len(ax.lines) == 3  # two systems and the line ESS = N
