@@ -267,3 +267,19 @@ class SurrogateData(FixPlates):
                 scale = 1.0 if msg["scale"] is None else msg["scale"]
                 weights = jnp.reshape(self.weights, (num,) + (1,) * (-frame.dim - 1))
                 msg["scale"] = weights * (scale / plate_scale)
+
+
+class Unobserve(Messenger):
+    """Sample the named observed sites from their distributions instead of observing them
+    (the posterior predictive of ``to_inference_data``). Rewrites a sample message's
+    ``value`` and ``is_observed`` fields before the sample primitive runs: if their meaning
+    changes, the export's ``posterior_predictive`` group holds the observations instead of
+    draws, which its test catches."""
+
+    def __init__(self, fn, names):
+        self.names = set(names)
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        if msg["type"] == "sample" and msg["name"] in self.names and msg["is_observed"]:
+            msg["value"], msg["is_observed"] = None, False

@@ -12,19 +12,8 @@ import jax
 import numpy as np
 from numpyro import handlers
 from numpyro.infer import log_likelihood as numpyro_log_likelihood
-from numpyro.primitives import Messenger
 
-
-class _Unobserve(Messenger):
-    """Sample the named observed sites from their distributions instead of observing them."""
-
-    def __init__(self, fn, names):
-        self.names = set(names)
-        super().__init__(fn)
-
-    def process_message(self, msg):
-        if msg["type"] == "sample" and msg["name"] in self.names and msg["is_observed"]:
-            msg["value"], msg["is_observed"] = None, False
+from numpyro_dais import _numpyro
 
 
 def _with_params(model, params):
@@ -256,7 +245,7 @@ def _one_chain(
         """Deterministic sites (and new observations) of one draw, with this model."""
         run = _with_latents(model, latent)
         if posterior_predictive:
-            run = _Unobserve(run, observed)
+            run = _numpyro.Unobserve(run, observed)
         tr = handlers.trace(handlers.seed(run, key)).get_trace(*args, **kwargs)
         keep = lambda n, s: s["type"] == "deterministic" or (posterior_predictive and n in observed)
         return {n: s["value"] for n, s in tr.items() if keep(n, s)}
