@@ -29,7 +29,7 @@ from numpyro_dais._checks import (
 from numpyro_dais._queries import POSTERIOR_METHODS, PosteriorQueries
 from numpyro_dais._sampling import Fitted
 from numpyro_dais._vectorise import jit_by_leaves
-from numpyro_dais.engine import dais, gaussian, preconditioning, samplers
+from numpyro_dais.engine import dais, gaussian, preconditioning, samplers, transitions
 from numpyro_dais.engine.annealing import betas_from_increments
 from numpyro_dais.engine.transitions import KERNELS
 
@@ -109,9 +109,10 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
                 "`sym_kl_weight` must be a finite number >= 0 (0: q0 trained on the bound "
                 f"alone), got {sym_kl_weight!r}."
             )
-        self._sampler = samplers.Sampler(kernel, resampling)
+        spec = transitions.as_kernel(kernel)  # the name resolved once, here
+        self._sampler = samplers.Sampler(spec, resampling)
         samplers.check(self._sampler)
-        self._train_sampler = samplers.Sampler(kernel, train_resampling or resampling)
+        self._train_sampler = samplers.Sampler(spec, train_resampling or resampling)
         samplers.check(self._train_sampler)
         self.kernel = kernel
         self.base_dist = base_dist
@@ -232,7 +233,7 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         step_sizes = numpyro.param(
             f"{p}_step_size", jnp.full(K, eta_init), constraint=constraints.interval(0.0, eta_max)
         )
-        if self.kernel == "hmc":
+        if self._sampler.kernel.momentum:
             mass = numpyro.param(f"{p}_mass_matrix", jnp.ones(D), constraint=constraints.positive)
             # Only η/√m enters the position update, so an unnormalised mass matrix would let
             # training undo the `eta_max` cap: keep its geometric mean at 1.

@@ -29,8 +29,9 @@ def divergence_brake(step_sizes, fraction):
 
 
 def step_info(kernel, curvature, eta_max):
-    """What the step sizes are and how to fix them, for divergence warnings."""
-    power = "1 / sqrt(λ)" if kernel == "hmc" else "1 / λ"
+    """What the step sizes are and how to fix them, for divergence warnings (``kernel``: a
+    :class:`~numpyro_dais.engine.transitions.Kernel`)."""
+    power = "1 / sqrt(λ)" if kernel.momentum else "1 / λ"
     if curvature is None:
         return (
             f"The step sizes are capped at eta_max = {eta_max:.3g} (given): lower "
@@ -68,7 +69,7 @@ def bound(guide, rng_key, fitted, args, kwargs, batch):
     )
     objective = out.log_Z + sym_kl_term(guide, fitted, args, kwargs, out, key_sym)
     if guide.report_divergences:  # adds 0.0: the loss keeps the check in the program
-        info = step_info(guide.kernel, guide.curvature, guide._step_bounds[1])
+        info = step_info(guide._sampler.kernel, guide.curvature, guide._step_bounds[1])
         objective += report_diverged(type(guide).__name__, out.num_diverged, N, info)
     # Hand one particle to the model, picked by its weight (so the model's deterministic
     # sites see a posterior-like draw). The factor makes the ELBO equal the objective:

@@ -168,7 +168,8 @@ def _step_bounds(guide, lam, floor):
     if eta_max is None:
         lam = float(lam) if lam is not None and np.isfinite(lam) else 0.0
         used = max(lam, floor)
-        eta_max = 1.0 / math.sqrt(used) if guide.kernel == "hmc" else 1.0 / used
+        momentum = guide._sampler.kernel.momentum
+        eta_max = 1.0 / math.sqrt(used) if momentum else 1.0 / used
         if eta_init is not None and eta_init >= eta_max:
             eta_max = 10.0 * eta_init
     if eta_init is None:

@@ -19,12 +19,12 @@ import jax.numpy as jnp
 
 from numpyro_dais.engine import gaussian, weights
 from numpyro_dais.engine.transitions import (
-    KERNELS,
+    Kernel,
     ParticleState,
     Potential,
     StepParams,
     TransitionInfo,
-    check_kernel,
+    as_kernel,
     init_state,
 )
 
@@ -124,17 +124,17 @@ def init(
     q0: gaussian.Gaussian,
     potential: Potential,
     params: AnnealParams,
-    kernel: str,
+    kernel: Kernel,
     track: bool,
 ):
     """``z_0 ~ q0`` and ``v_0 ~ N(0, M)`` from ``noise`` for its ``N`` particles; returns the
     batched state."""
     z0 = gaussian.reparameterize(q0, noise.z0)
-    if kernel == "hmc":
+    if kernel.momentum:
         v0 = jnp.sqrt(params.mass) * noise.v0
     else:
         v0 = jnp.zeros_like(z0)
-    with_grads = kernel == "langevin"
+    with_grads = kernel.exact_energy
     return jax.vmap(
         lambda z, v: init_state(
             z, v, potential, with_values=track or with_grads, with_grads=with_grads
@@ -143,16 +143,21 @@ def init(
 
 
 def move(
-    noise, state: ParticleState, step: StepParams, potential: Potential, kernel: str, track: bool
+    noise, state: ParticleState, step: StepParams, potential: Potential, kernel: Kernel, track: bool
 ) -> tuple[ParticleState, TransitionInfo]:
     """Apply transition ``k`` to every particle of a batched state (vmapped kernel), with
     ``noise (N, D)`` standard normal draws."""
-    transition = KERNELS[kernel]
-    return jax.vmap(lambda xi, s: transition(xi, s, step, potential, track))(noise, state)
+    move_one = kernel.transition
+    return jax.vmap(lambda xi, s: move_one(xi, s, step, potential, track))(noise, state)
 
 
 def step(
-    rng_key, state: ParticleState, step: StepParams, potential: Potential, kernel: str, track: bool
+    rng_key,
+    state: ParticleState,
+    step: StepParams,
+    potential: Potential,
+    kernel: Kernel,
+    track: bool,
 ) -> tuple[ParticleState, TransitionInfo]:
     """:func:`move` with standard normal noise drawn from ``rng_key``."""
     return move(jax.random.normal(rng_key, state.z.shape), state, step, potential, kernel, track)
@@ -165,7 +170,7 @@ def run(
     params: AnnealParams,
     num_particles: int,
     *,
-    kernel: str = "hmc",
+    kernel: "str | Kernel" = "hmc",
     track_increments: bool = False,
 ) -> SamplerOutput:
     """Run ``K`` transitions for ``N = num_particles`` particles.
@@ -175,8 +180,9 @@ def run(
     error (:func:`.weights.diverged`), gets weight 0. ``track_increments=True`` also records
     the incremental weights ``log w̃_k`` (one extra evaluation of ``ℓ`` per step for HMC),
     whose sum telescopes to ``log w`` when the final target is the dynamics' target.
+    ``kernel``: a :class:`~.transitions.Kernel` or its name in ``transitions.KERNELS``.
     """
-    check_kernel(kernel)
+    kernel = as_kernel(kernel)
     pot = potential(q0, target)
     noise_key, _ = run_keys(rng_key)
     noise = draw_noise(noise_key, params.K, num_particles, q0.loc.shape[-1])
@@ -192,7 +198,7 @@ def run(
     state, infos = jax.lax.scan(body, state, (noise.moves, jnp.arange(params.K)))
 
     # the states carry ℓ(z_k) when Langevin or tracking; HMC evaluates it at the midpoints
-    exact = kernel == "langevin" or track_increments
+    exact = kernel.exact_energy or track_increments
     if target.log_final is None and exact:
         final = state.log_target  # already evaluated at z_K by the last step
     else:

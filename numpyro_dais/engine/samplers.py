@@ -10,14 +10,15 @@ from typing import NamedTuple
 from numpyro_dais.engine import dais, smc
 from numpyro_dais.engine.resampling import check_config
 from numpyro_dais.engine.smc import ResamplingConfig
-from numpyro_dais.engine.transitions import check_kernel
+from numpyro_dais.engine.transitions import Kernel, check_kernel
 
 
 class Sampler(NamedTuple):
-    """``kernel``: ``"hmc"`` or ``"langevin"``; ``resampling``: ``None`` for DAIS (never
-    resample), or a :class:`~numpyro_dais.engine.smc.ResamplingConfig` for SMC."""
+    """``kernel``: a :class:`~numpyro_dais.engine.transitions.Kernel` or its name
+    (``"hmc"``, ``"langevin"``); ``resampling``: ``None`` for DAIS (never resample), or a
+    :class:`~numpyro_dais.engine.smc.ResamplingConfig` for SMC."""
 
-    kernel: str = "hmc"
+    kernel: "str | Kernel" = "hmc"
     resampling: ResamplingConfig | None = None
 
 

@@ -26,7 +26,7 @@ from jax.scipy.special import logsumexp
 
 from numpyro_dais.engine import dais, gaussian, resampling, weights
 from numpyro_dais.engine.annealing import log_gamma
-from numpyro_dais.engine.transitions import ParticleState, check_kernel
+from numpyro_dais.engine.transitions import Kernel, ParticleState, as_kernel
 
 
 class ResamplingConfig(NamedTuple):
@@ -93,7 +93,7 @@ def run(
     params: dais.AnnealParams,
     num_particles: int,
     *,
-    kernel: str = "hmc",
+    kernel: "str | Kernel" = "hmc",
     resampling_config: ResamplingConfig | None = None,
 ) -> dais.SamplerOutput:
     """Run ``K`` transitions for one system of ``N = num_particles`` particles.
@@ -103,7 +103,7 @@ def run(
     0 (it is resampled away); ``num_diverged`` is the most such particles in one step.
     ``resampling_config``: a :class:`ResamplingConfig`; ``None``: the defaults.
     """
-    check_kernel(kernel)
+    kernel = as_kernel(kernel)
     resampling_config = resampling_config or ResamplingConfig()
     resampling.check_config(resampling_config)
     K, N = params.K, num_particles

@@ -139,9 +139,36 @@ def _increment(old: ParticleState, new: ParticleState, step: StepParams, delta):
     )
 
 
-KERNELS = {"hmc": hmc, "langevin": langevin}
+class Kernel(NamedTuple):
+    """A transition and what a sampler must know of it.
+
+    ``transition(noise, state, step, potential, track) -> (state, TransitionInfo)`` moves
+    one particle with its ``(D,)`` standard normal ``noise``."""
+
+    transition: Callable
+    momentum: bool
+    """Whether particles carry a momentum ``v ~ N(0, M)`` (HMC: a mass matrix and a damping
+    are learnt, and the step size scales as ``1 / sqrt(λ)`` of the curvature)."""
+    exact_energy: bool
+    """Whether the state holds ``ℓ`` at its position after each step (Langevin), so the
+    final term and the energy check need no extra evaluation."""
 
 
-def check_kernel(kernel: str):
-    """Raise ``ValueError`` naming ``kernel`` unless it is one of :data:`KERNELS`."""
-    check_choice("kernel", kernel, KERNELS)
+KERNELS = {
+    "hmc": Kernel(hmc, momentum=True, exact_energy=False),
+    "langevin": Kernel(langevin, momentum=False, exact_energy=True),
+}
+
+
+def check_kernel(kernel: "str | Kernel"):
+    """Raise ``ValueError`` naming ``kernel`` unless it is a :class:`Kernel` or one of
+    :data:`KERNELS`."""
+    if not isinstance(kernel, Kernel):
+        check_choice("kernel", kernel, KERNELS)
+
+
+def as_kernel(kernel: "str | Kernel") -> Kernel:
+    """The :class:`Kernel` named by ``kernel`` (a name of :data:`KERNELS`), checked; a
+    :class:`Kernel` as it is. Resolve names once, where a configuration is built."""
+    check_kernel(kernel)
+    return kernel if isinstance(kernel, Kernel) else KERNELS[kernel]

@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 
 from numpyro_dais.engine import annealing, dais, gaussian, transitions, weights
+from numpyro_dais.engine.transitions import KERNELS
+
+HMC = KERNELS["hmc"]
 
 D = 3
 Q0 = gaussian.Gaussian(jnp.array([0.1, -0.2, 0.3]), jnp.array([0.5, 0.8, 1.2]))
@@ -83,10 +86,10 @@ def test_hmc_momentum_refresh_keeps_gaussian():
     mass = jnp.array([1.0, 2.0, 0.5])
     params = _params(5, step=1e-6)._replace(mass=mass)
     noise = dais.draw_noise(jax.random.key(4), 5, 20000, 3)
-    state = dais.init(noise, Q0, flat, params, "hmc", False)
+    state = dais.init(noise, Q0, flat, params, HMC, False)
     for k in range(5):
         state, _ = dais.step(
-            jax.random.key(10 + k), state, dais.step_params(params, k), flat, "hmc", False
+            jax.random.key(10 + k), state, dais.step_params(params, k), flat, HMC, False
         )
     var = jnp.var(state.v, axis=0)
     np.testing.assert_allclose(var, mass, rtol=4 * np.sqrt(2 / 20000))

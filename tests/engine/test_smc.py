@@ -10,6 +10,9 @@ import pytest
 from numpyro_dais.engine import dais, gaussian, smc, weights
 from numpyro_dais.engine.annealing import betas_from_increments
 from numpyro_dais.engine.smc import ResamplingConfig
+from numpyro_dais.engine.transitions import KERNELS
+
+HMC = KERNELS["hmc"]
 
 D, K, N = 3, 6, 8
 RULES = ["always", "ess", "bernoulli", "never"]
@@ -172,14 +175,14 @@ def test_stop_gradient_resampling_treats_ancestors_as_constants():
     def with_fixed_ancestors(step_sizes):
         p = params._replace(step_sizes=step_sizes)
         noise = dais.draw_noise(dais.run_keys(key)[0], K, N, Q0.loc.shape[-1])
-        state = dais.init(noise, Q0, potential, p, "hmc", True)
+        state = dais.init(noise, Q0, potential, p, HMC, True)
         log_W, L = jnp.full(N, -jnp.log(N)), 0.0
         for k in range(K):
             if k > 0:
                 state = jax.tree.map(lambda x, a=fixed[k]: x[a], state)
                 log_W = jnp.full(N, -jnp.log(N))
             state, info = dais.move(
-                noise.moves[k], state, dais.step_params(p, k), potential, "hmc", True
+                noise.moves[k], state, dais.step_params(p, k), potential, HMC, True
             )
             s = jax.scipy.special.logsumexp(log_W + info.log_increment)
             L, log_W = L + s, log_W + info.log_increment - s
