@@ -133,10 +133,12 @@ LONG_RUNNING = (
 #: ``@pytest.mark.slow`` in their file, and these, which took 3 s or more each in a run of the
 #: whole suite on 2 busy CPU cores (``pytest -n auto --durations=0``; about 1.5 s on idle
 #: ones). The rule for a new test: if ``--durations`` shows it above that, add it here (a
-#: node id, or its prefix up to a parameter list ``[`` or a file's ``::``). Kept in the fast
-#: tier although they take a few seconds, so that each guide module has unit tests there:
-#: ``test_autosldais.py``'s ``test_rand_surrogate_is_weighted_likelihood_on_stored_points``
-#: and ``test_parameter_names_match_autodais``.
+#: node id, or its prefix up to a parameter list ``[`` or a file's ``::``); then run the fast
+#: tier with ``--durations=20``: a test that is quick in the whole suite but slow there (it
+#: compiled a program, or set up a module-scoped fixture, that a slow test shares with it)
+#: goes in too. Kept in the fast tier although it takes a few seconds, so that SL-DAIS has a
+#: unit test there:
+#: ``test_autosldais.py::test_rand_surrogate_is_weighted_likelihood_on_stored_points``.
 SLOW = (
     *LONG_RUNNING,
     "tests/engine/test_curvature.py::test_find_mode_reaches_a_logistic_mode_from_a_saturated_start",
