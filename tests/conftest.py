@@ -160,6 +160,8 @@ SLOW = (
     "tests/engine/test_smc.py::test_gradients_finite_and_gst_changes_only_the_gradient",
     "tests/engine/test_smc.py::test_stop_gradient_resampling_treats_ancestors_as_constants",
     "tests/test_arviz.py::test_groups_dims_and_evidence_attrs",
+    "tests/test_arviz.py::test_log_likelihood_is_pointwise_and_exact",
+    "tests/test_arviz.py::test_summary_loo_and_compare_work",
     "tests/test_arviz.py::test_numpyro_autoguide_and_subsampled_model",
     "tests/test_autodais.py::test_bound_below_log_Z_and_log_evidence_converges",
     "tests/test_autodais.py::test_bound_rises_with_num_particles",
