@@ -184,6 +184,7 @@ SLOW = (
     "tests/test_autodais.py::test_subsample_plate_points_to_sldais",
     "tests/test_autodais.py::test_local_latents_error",
     "tests/test_autodais.py::test_numpy_params_accepted",
+    "tests/test_autodais.py::test_dynamics_use_the_data_of_the_current_call",
     "tests/test_autodsmcs.py::test_loss_is_minus_the_smc_bound",
     "tests/test_autodsmcs.py::test_train_resample_when_changes_the_loss_only",
     "tests/test_autodsmcs.py::test_never_equals_autodais_loss",
@@ -210,6 +211,7 @@ SLOW = (
     "tests/test_autosldais.py::test_parameter_names_match_autodais",
     "tests/test_autosldais.py::test_the_model_minibatch_is_drawn_by_the_guide_only_for_a_subsampled_loss",
     "tests/test_packaging.py::test_fresh_venv_installs_the_wheel_and_imports_every_public_name",
+    "tests/test_packaging.py::test_wheel_and_sdist_contents",
     "tests/test_readme.py::test_snippets_run_as_they_stand",
     "tests/test_reliability.py::test_stiff_regression_trains_to_the_exact_posterior",
     "tests/test_reliability.py::test_laplace_start_is_the_mode_from_a_saturated_initial_point",
@@ -226,6 +228,7 @@ SLOW = (
     "tests/test_setup.py::test_ode_model_sets_up_and_fits",
     "tests/test_setup.py::test_training_resumes_exactly_from_a_saved_state",
     "tests/test_setup.py::test_q0_used_as_the_posterior_is_checked_once",
+    "tests/test_setup.py::test_a_centred_funnel_without_a_mode_is_loud",
 )
 
 
