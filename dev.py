@@ -1,13 +1,19 @@
 """The project's two commands; each does its own set-up on a machine with only Python.
 
     python dev.py quickstart   # fit a Bayesian logistic regression with AutoDAIS vs AutoNormal
-    python dev.py test         # run the test suite
+    python dev.py test         # run the test suite (what CI runs)
+    python dev.py test --fast  # ... only the tests not marked `slow`: about a minute
     python dev.py docs         # build the documentation site into site/ (mkdocs --strict)
     python dev.py docs serve   # ... or preview it at http://127.0.0.1:8000 while editing
 
 On first use (or when pyproject.toml changes) this creates ``.venv/`` and installs the
 package with its test dependencies (which include the documentation tools) into it. Extra
 arguments are passed on (to pytest, to the quick-start script, or to mkdocs).
+
+``--fast`` is ``pytest -m "not slow"``: the unit tests of every module, without the tests that
+train a guide for long, run a notebook, a benchmark or a child process, or build the docs
+(``tests/conftest.py`` lists them). It is for the edit-test loop; ``python dev.py test`` runs
+everything, and CI runs exactly that.
 """
 
 import hashlib
@@ -51,8 +57,25 @@ def main(argv):
         else:
             cmd = [str(PYTHON), "-m", "mkdocs", "build", "--strict", *rest]
     else:
-        cmd = [str(PYTHON), "-m", "pytest", "-n", "auto", "-q", *rest]
+        cmd = pytest_command(rest)
     return subprocess.run(cmd, cwd=ROOT).returncode
+
+
+def pytest_command(args, python=PYTHON):
+    """The pytest command line of ``python dev.py test ARGS``: ``--fast`` deselects the tests
+    marked ``slow``; every other argument goes to pytest as it is."""
+    fast = "--fast" in args
+    args = [a for a in args if a != "--fast"]
+    return [
+        str(python),
+        "-m",
+        "pytest",
+        "-n",
+        "auto",
+        "-q",
+        *(["-m", "not slow"] if fast else []),
+        *args,
+    ]
 
 
 if __name__ == "__main__":

@@ -15,12 +15,23 @@ What they do, so that the site cannot drift from the repository:
 * **MathJax, offline.** The MathJax 3 files (``tex-mml-chtml.js``, its fonts and lazily
   loaded extensions) are copied from the ``django-static-mathjax`` package (the ``docs``
   extra) into ``javascripts/mathjax/``, so the maths renders without the network.
+* **Distinct navigation titles.** A results file's nav title is its first heading, marked
+  "(quick)" for a ``_quick`` run and "(H100)" for an ``_h100`` one, so full, quick and GPU
+  runs of one benchmark can be told apart; any title still shared gets its file name.
+* **Notebook pages, offline and linked.** nbconvert's template puts a MathJax 2 loader (an
+  empty ``src``; the site's own MathJax 3 renders the maths) and a mermaid loader from a CDN
+  into every notebook page; both are removed (the notebooks have no mermaid diagrams, and a
+  removed loader fails the strict build if one ever appears). A table-of-contents entry whose
+  anchor is not a heading of its page (mkdocs-jupyter slugs a heading with inline code
+  differently from nbconvert) is pointed at the heading it names.
 * **Docstrings.** Every member of ``numpyro_dais.__all__`` and every public method, property
   and nested class it declares must have a docstring; a missing one is a warning, which
   ``mkdocs build --strict`` turns into a failure.
 """
 
 import logging
+import re
+from collections import Counter
 from pathlib import Path
 
 from mkdocs.plugins import event_priority
@@ -62,6 +73,25 @@ def _result_pages():
     return sorted(RESULTS.glob("*.md"))
 
 
+#: a results file's name ends with the run's mode or machine; its title says so
+RUN_SUFFIXES = {"_quick": "(quick)", "_h100": "(H100)"}
+
+
+def _result_titles():
+    """``{path: nav title}`` of the results files: the first heading, with the run's mode or
+    machine ("(quick)", "(H100)") added where the heading does not say it, and the file's
+    stem added to a title that is still not unique."""
+    titles = {}
+    for p in _result_pages():
+        title = _title(p.read_text(encoding="utf-8"), p.stem)
+        for suffix, label in RUN_SUFFIXES.items():
+            if p.stem.endswith(suffix) and label.lower() not in title.lower():
+                title = f"{title} {label}"
+        titles[p] = title
+    counts = Counter(titles.values())
+    return {p: t if counts[t] == 1 else f"{t} ({p.stem})" for p, t in titles.items()}
+
+
 def _notebooks():
     return sorted(EXAMPLES.glob("*.ipynb"))
 
@@ -76,10 +106,7 @@ def _expand(nav):
         if isinstance(item, dict):
             ((title, value),) = item.items()
             if value == "results/index.md":
-                pages = [
-                    {_title(p.read_text(encoding="utf-8"), p.stem): f"results/{p.name}"}
-                    for p in _result_pages()
-                ]
+                pages = [{t: f"results/{p.name}"} for p, t in _result_titles().items()]
                 value = [value, *pages]
             elif value == "examples/index.md":
                 value = [value, *({_notebook_title(p): f"examples/{p.name}"} for p in _notebooks())]
@@ -155,8 +182,7 @@ def _results_index():
         "",
     ]
     pages = _result_pages()
-    for p in pages:
-        title = _title(p.read_text(encoding="utf-8"), p.stem)
+    for p, title in _result_titles().items():
         lines.append(f"* [{title}]({p.name}) (`benchmarks/results/{p.name}`)")
     if not pages:
         lines.append("No result files are present in `benchmarks/results/` in this checkout.")
@@ -218,6 +244,7 @@ def _engine_reference():
         lines += [
             f"::: {PACKAGE}.engine.{path.stem}",
             "    options:",
+            "      show_bases: true",
             "      show_if_no_docstring: true",
             "      show_root_full_path: true",
             "",
@@ -285,3 +312,47 @@ def on_files(files, config):
     for uri, path in mathjax_files().items():
         add(uri, abs_src_path=str(path))
     return files
+
+
+# -- rendered pages -------------------------------------------------------------------------
+
+#: nbconvert's MathJax 2 loader and configuration in a notebook page (an empty ``src``; the
+#: site's own MathJax 3 renders the maths)
+NB_MATHJAX = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.DOTALL)
+MODULE_SCRIPT = re.compile(r'<script type="module">.*?</script>', re.DOTALL)
+ELEMENT_ID = re.compile(r'<[a-z][a-z0-9]*\b[^>]*\bid="([^"]+)"')
+
+
+def _without_cdn_loaders(html, page):
+    """A notebook page without nbconvert's MathJax 2 and mermaid loaders."""
+    html = NB_MATHJAX.sub("", html)
+    html = MODULE_SCRIPT.sub(lambda m: "" if "mermaid" in m.group(0) else m.group(0), html)
+    if re.search(r'class="[^"]*\bjp-Mermaid\b', html):
+        log.warning(
+            "%s has a mermaid diagram, but its loader (from a CDN) is removed: vendor mermaid "
+            "into the site first",
+            page.file.src_uri,
+        )
+    return html
+
+
+def _fix_toc_anchors(toc, ids, page):
+    """Point each table-of-contents entry at an element of the page: an anchor that is none
+    is the prefix of the heading it names (``posterior-draws-and`` for
+    ``posterior-draws-and-log-py``); a warning where no single element fits."""
+    for item in toc:
+        if item.id not in ids:
+            fits = [i for i in ids if i.startswith(f"{item.id}-")]
+            if len(fits) == 1:
+                item.id = fits[0]
+            else:
+                log.warning("%s: no heading for the contents entry #%s", page.file.src_uri, item.id)
+        _fix_toc_anchors(item.children, ids, page)
+
+
+def on_page_content(html, page, config, files):
+    if page.file.src_uri.endswith(".ipynb"):
+        html = _without_cdn_loaders(html, page)
+    if page.toc:
+        _fix_toc_anchors(page.toc, set(ELEMENT_ID.findall(html)), page)
+    return html

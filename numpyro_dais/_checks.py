@@ -5,7 +5,7 @@ import math
 import jax
 import numpy as np
 
-from numpyro_dais.engine.validation import check_choice
+from numpyro_dais.engine.validation import SubsamplingNotSupportedError, check_choice
 
 __all__ = ["check_choice"]  # re-exported for the guides
 
@@ -99,8 +99,9 @@ def check_full_data(guide_name, plates):
     """A guide whose dynamics need all the data refuses subsampled ``plates``."""
     if plates:
         name = next(iter(plates))
-        raise ValueError(
-            f"{guide_name} needs the full data set in every step, but plate {name!r} "
+        raise SubsamplingNotSupportedError(
+            f"{guide_name} does not support data subsampling: it needs the full data set in "
+            f"every step, but plate {name!r} "
             f"subsamples {plates[name][1]} of {plates[name][0]} points in this call. Use "
             "numpyro_dais.AutoSurrogateLikelihoodDAIS for mini-batch training, or pass "
             "all the data (no `subsample_size`, or one equal to the plate's size)."

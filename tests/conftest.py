@@ -128,12 +128,136 @@ LONG_RUNNING = (
     "tests/test_docs.py::test_docs_build_strict",
 )
 
+#: The fast tier (``python dev.py test --fast``, that is ``pytest -m "not slow"``) runs every
+#: test that is not marked ``slow``. Marked ``slow``: the tests above, those decorated
+#: ``@pytest.mark.slow`` in their file, and these, which took 3 s or more each in a run of the
+#: whole suite on 2 busy CPU cores (``pytest -n auto --durations=0``; about 1.5 s on idle
+#: ones). The rule for a new test: if ``--durations`` shows it above that, add it here (a
+#: node id, or its prefix up to a parameter list ``[`` or a file's ``::``); then run the fast
+#: tier with ``--durations=20``: a test that is quick in the whole suite but slow there (it
+#: compiled a program, or set up a module-scoped fixture, that a slow test shares with it)
+#: goes in too. Kept in the fast tier although it takes a few seconds, so that SL-DAIS has a
+#: unit test there:
+#: ``test_autosldais.py::test_rand_surrogate_is_weighted_likelihood_on_stored_points``.
+SLOW = (
+    *LONG_RUNNING,
+    "tests/engine/test_curvature.py::test_find_mode_reaches_a_logistic_mode_from_a_saturated_start",
+    "tests/engine/test_dais.py::test_incremental_weights_telescope",
+    "tests/engine/test_dais.py::test_tracking_does_not_change_weights",
+    "tests/engine/test_dais.py::test_leapfrog_is_volume_preserving",
+    "tests/engine/test_dais.py::test_zero_step_size_reduces_to_iwvi",
+    "tests/engine/test_dais.py::test_cholesky_gaussian_matches_scipy",
+    "tests/engine/test_dais0.py::test_symmetrized_kl_matches_closed_form",
+    "tests/engine/test_dais0.py::test_symmetrized_kl_gradient_matches_finite_differences",
+    "tests/engine/test_dais0.py::test_minimiser_is_the_geometric_mean_of_reverse_and_forward_kl_stds",
+    "tests/engine/test_gpvi.py::test_median_bandwidth_and_kernel_gradient",
+    "tests/engine/test_gpvi.py::test_ksd_separates_target_from_a_wrong_fit",
+    "tests/engine/test_gpvi.py::test_exact_inverse_transpose_on_a_linear_generator",
+    "tests/engine/test_gpvi.py::test_helper_converges_to_the_exact_solve",
+    "tests/engine/test_gpvi.py::test_pullback_vanishes_at_the_target_generator",
+    "tests/engine/test_resampling.py::test_gst_take_is_exact_forward_and_differentiable",
+    "tests/engine/test_smc.py::test_log_Z_se_matches_the_spread_of_independent_systems",
+    "tests/engine/test_smc.py::test_gradients_finite_and_gst_changes_only_the_gradient",
+    "tests/engine/test_smc.py::test_stop_gradient_resampling_treats_ancestors_as_constants",
+    "tests/test_arviz.py::test_groups_dims_and_evidence_attrs",
+    "tests/test_arviz.py::test_log_likelihood_is_pointwise_and_exact",
+    "tests/test_arviz.py::test_summary_loo_and_compare_work",
+    "tests/test_arviz.py::test_numpyro_autoguide_and_subsampled_model",
+    "tests/test_autodais.py::test_bound_below_log_Z_and_log_evidence_converges",
+    "tests/test_autodais.py::test_bound_rises_with_num_particles",
+    "tests/test_autodais.py::test_log_evidence_se_matches_the_spread_of_independent_estimates",
+    "tests/test_autodais.py::test_loss_gradient_matches_finite_differences",
+    "tests/test_autodais.py::test_bound_rises_with_K",
+    "tests/test_autodais.py::test_loss_is_minus_the_bound_for_every_elbo",
+    "tests/test_autodais.py::test_sym_kl_term_moves_only_q0_location",
+    "tests/test_autodais.py::test_dais0_default_gets_the_exact_mean_and_covariance",
+    "tests/test_autodais.py::test_transport_check_fires_on_a_transported_q0_only",
+    "tests/test_autodais.py::test_model_parameter_learned_jointly",
+    "tests/test_autodais.py::test_beta_bernoulli",
+    "tests/test_autodais.py::test_logistic_regression",
+    "tests/test_autodais.py::test_deterministic_and_constrained_sites",
+    "tests/test_autodais.py::test_predictive_agrees_with_sample_posterior",
+    "tests/test_autodais.py::test_sample_posterior_batch_size_and_methods",
+    "tests/test_autodais.py::test_autoguidelist_composition",
+    "tests/test_autodais.py::test_divergent_particles_are_dropped_and_reported",
+    "tests/test_autodais.py::test_divergence_check_changes_nothing_on_a_healthy_run",
+    "tests/test_autodais.py::test_subsample_plate_points_to_sldais",
+    "tests/test_autodais.py::test_local_latents_error",
+    "tests/test_autodais.py::test_numpy_params_accepted",
+    "tests/test_autodais.py::test_dynamics_use_the_data_of_the_current_call",
+    "tests/test_autodsmcs.py::test_loss_is_minus_the_smc_bound",
+    "tests/test_autodsmcs.py::test_train_resample_when_changes_the_loss_only",
+    "tests/test_autodsmcs.py::test_never_equals_autodais_loss",
+    "tests/test_autodsmcs.py::test_svi_trains_and_posterior_agrees",
+    "tests/test_autodsmcs.py::test_predictive_matches_sample_posterior",
+    "tests/test_autodsmcs.py::test_diagnostics",
+    "tests/test_autodsmcs.py::test_model_without_arguments",
+    "tests/test_autodsmcs.py::test_sample_posterior_methods_and_shapes",
+    "tests/test_autodsmcs.py::test_plot_ess",
+    "tests/test_autodsmcs.py::test_median_and_quantiles_follow_the_posterior_method",
+    "tests/test_pareto_k.py",
+    "tests/test_arviz.py::test_several_fits_are_chains",
+    "tests/test_arviz.py::test_pareto_k_of_the_evidence_weights_in_the_attributes",
+    "tests/test_autogpvi.py::test_amortized_svgd_runs_and_reports_a_finite_monitor",
+    "tests/test_autogpvi.py::test_surrogate_value_and_model_parameter_gradient",
+    "tests/test_autogpvi.py::test_diverged_helper_warns_and_falls_back",
+    "tests/test_autogpvi.py::test_sample_posterior_predictive_median_quantiles",
+    "tests/test_autosldais.py::test_reduces_to_dais",
+    "tests/test_autosldais.py::test_sldsmcs_with_a_full_data_target_is_dsmcs",
+    "tests/test_autosldais.py::test_sldsmcs_that_never_resamples_is_sldais",
+    "tests/test_autosldais.py::test_sldsmcs_trains",
+    "tests/test_autosldais.py::test_bound_expectation_independent_of_batch_size",
+    "tests/test_autosldais.py::test_multi_particle_shares_the_model_minibatch_and_warns",
+    "tests/test_autosldais.py::test_dynamics_see_current_model_params_and_data",
+    "tests/test_autosldais.py::test_naive_dynamics_use_rescaled_minibatch",
+    "tests/test_autosldais.py::test_sample_posterior_without_data",
+    "tests/test_autosldais.py::test_errors",
+    "tests/test_autosldais.py::test_parameter_names_match_autodais",
+    "tests/test_autosldais.py::test_the_model_minibatch_is_drawn_by_the_guide_only_for_a_subsampled_loss",
+    "tests/test_packaging.py::test_fresh_venv_installs_the_wheel_and_imports_every_public_name",
+    "tests/test_packaging.py::test_wheel_and_sdist_contents",
+    "tests/test_readme.py::test_snippets_run_as_they_stand",
+    "tests/test_reliability.py::test_stiff_regression_trains_to_the_exact_posterior",
+    "tests/test_reliability.py::test_laplace_start_is_the_mode_from_a_saturated_initial_point",
+    "tests/test_reliability.py::test_well_scaled_posterior_is_not_reported",
+    "tests/test_reliability.py::test_flat_prior_fits",
+    "tests/test_reliability.py::test_predictive_on_new_inputs",
+    "tests/test_reliability.py::test_gpvi_steers_out_of_a_nan_region",
+    "tests/test_reliability.py::test_repeated_calls_reuse_their_compiled_programs",
+    "tests/test_reliability.py::test_upstream_subsample_case_is_a_clear_error",
+    "tests/test_reliability.py::test_upstream_subsample_case_trains_gpvi",
+    "tests/test_reliability.py::test_eager_loss_equals_the_jitted_loss",
+    "tests/test_setup.py::test_uncentred_regression_gets_the_posterior_with_default_settings",
+    "tests/test_setup.py::test_eight_schools_non_centred",
+    "tests/test_setup.py::test_ode_model_sets_up_and_fits",
+    "tests/test_setup.py::test_training_resumes_exactly_from_a_saved_state",
+    "tests/test_setup.py::test_q0_used_as_the_posterior_is_checked_once",
+    "tests/test_setup.py::test_a_centred_funnel_without_a_mode_is_loud",
+)
+
+
+def _matches(nodeid, prefix):
+    """Whether ``prefix`` names the test ``nodeid``: the node id itself, the test function of
+    a parametrized test, or the file."""
+    if nodeid == prefix:
+        return True
+    return nodeid.startswith(prefix + ("::" if prefix.endswith(".py") else "["))
+
 
 def _rank(item):
-    return next((i for i, p in enumerate(LONG_RUNNING) if item.nodeid.startswith(p)), None)
+    return next((i for i, p in enumerate(LONG_RUNNING) if _matches(item.nodeid, p)), None)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by marker (-m)
 def pytest_collection_modifyitems(config, items):
+    """Mark the tests of :data:`SLOW` ``slow``; then order the run (below)."""
+    for item in items:
+        if any(_matches(item.nodeid, p) for p in SLOW):
+            item.add_marker(pytest.mark.slow)
+    _spread_long_running(items)
+
+
+def _spread_long_running(items):
     """Spread the long-running tests over the first 60% of the run, slowest first, so that
     with pytest-xdist both workers get some of them early and the run does not end on one of
     them while the other worker waits. The rest keep their order, and a long test goes in

@@ -155,11 +155,12 @@ def test_numpyro_autoguide_and_subsampled_model(fitted):
         to_inference_data(guide, params, X, y, method="q0", model=model)
 
 
-def test_without_arviz_a_clear_error(fitted, monkeypatch):
-    X, y, guide, params, _ = fitted
+def test_without_arviz_a_clear_error(monkeypatch):
+    """Said before anything else is done: an untrained guide and no params will do."""
+    X, y = jnp.zeros((4, 2)), jnp.zeros(4)
     monkeypatch.setitem(sys.modules, "arviz", None)
     with pytest.raises(ImportError, match=r"numpyro-dais\[arviz\]"):
-        to_inference_data(guide, params, X, y)
+        to_inference_data(AutoDAIS(model), {}, X, y)
 
 
 def test_several_fits_are_chains(fitted, caplog, capfd):

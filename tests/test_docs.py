@@ -65,6 +65,7 @@ def test_docs_build_strict(tmp_path):
         html = (site / "examples" / nb.stem / "index.html").read_text(encoding="utf-8")
         assert html.count("data:image/png;base64") >= figures, nb.name
     _check_offline_and_no_literal_roles(site)
+    _check_no_glitches(site)
 
 
 ROLE = re.compile(r":(?:meth|func|class|attr|mod|data|exc|obj):")
@@ -96,6 +97,105 @@ def _check_offline_and_no_literal_roles(site):
     assert 'href="#numpyro_dais.AutoDAIS"' in reference or "autodais/#numpyro_dais.AutoDAIS" in (
         reference
     )
+
+
+#: ``\text{init\_scale}``: MathJax's text mode shows the backslash
+TEXT_ESCAPE = re.compile(r"\\text(?:rm|tt|it|bf|sf)?\{[^}]*\\_")
+SCRIPT_BODY = re.compile(r"<script\b[^>]*>(.*?)</script>", re.DOTALL)
+URL = re.compile(r"(?:https?:)?//[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[a-z]{2,}\b")
+BASES = re.compile(r"Bases: (.*?)</p>", re.DOTALL)
+
+
+def _check_no_glitches(site):
+    """The glitches of issue 39 stay fixed: no escaped underscore in ``\text{}`` (shown
+    literally), no script that fetches from another host (nbconvert's mermaid loader) nor an
+    empty ``src``, no base class from a private module ("Bases: AnnealedGuide"), no link to
+    an anchor its page lacks (the notebooks' tables of contents), and no two pages with one
+    title in the navigation (full and ``_quick`` results)."""
+    for page in sorted(site.rglob("*.html")):
+        html = page.read_text(encoding="utf-8")
+        name = page.relative_to(site).as_posix()
+        assert not TEXT_ESCAPE.search(html), f"{name}: {TEXT_ESCAPE.search(html).group(0)}"
+        for body in SCRIPT_BODY.findall(html):
+            assert not URL.search(body), f"{name}: a script fetches {URL.search(body).group(0)}"
+        assert '<script src="">' not in html, name
+        for bases in BASES.findall(html):
+            private = re.findall(r'title="([\w.]*\._[^".]*\.\w+)"', bases)
+            assert not private, f"{name}: Bases: {private}"
+        ids = set(re.findall(r'\bid="([^"]+)"', html))
+        missing = {a for a in re.findall(r'href="#([^"]+)"', html) if a not in ids}
+        assert not missing, f"{name}: links to #{sorted(missing)[0]}, not on the page"
+    titles = _nav_titles((site / "index.html").read_text(encoding="utf-8"))
+    assert len(titles) > 10
+    repeated = sorted({t for t in titles if titles.count(t) > 1})
+    assert not repeated, f"navigation titles used twice: {repeated}"
+
+
+def _nav_titles(html):
+    """The titles of the pages listed in the site's navigation (the primary sidebar)."""
+    from html.parser import HTMLParser
+
+    class Nav(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.primary, self.href, self.text, self.titles = False, None, [], []
+
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            classes = (attrs.get("class") or "").split()
+            if tag == "nav" and "md-nav--primary" in classes:
+                self.primary = True
+            href = attrs.get("href") or "#"
+            if self.primary and tag == "a" and "md-nav__link" in classes and href[0] != "#":
+                self.href, self.text = href, []
+
+        def handle_endtag(self, tag):
+            if tag == "a" and self.href is not None:
+                self.titles.append(" ".join("".join(self.text).split()))
+                self.href = None
+
+        def handle_data(self, data):
+            if self.href is not None:
+                self.text.append(data)
+
+    nav = Nav()
+    nav.feed(html)
+    return nav.titles
+
+
+def test_result_titles_are_distinct_and_say_the_run():
+    hooks = _load_hooks()
+    titles = hooks._result_titles()
+    assert len(set(titles.values())) == len(titles)
+    for path, title in titles.items():
+        if path.stem.endswith("_quick"):
+            assert "(quick)" in title.lower(), title
+        if path.stem.endswith("_h100"):
+            assert "(H100)" in title, title
+
+
+def test_notebook_pages_lose_their_cdn_loaders_and_toc_anchors_are_fixed():
+    from mkdocs.structure.toc import AnchorLink
+
+    hooks = _load_hooks()
+
+    class Page:
+        class file:
+            src_uri = "examples/x.ipynb"
+
+        toc = None
+
+    html = (
+        '<!-- Load mathjax -->\n<script src=""> </script><!-- End of mathjax configuration -->'
+        '<script type="module">import("https://cdn.example/mermaid.mjs")</script>'
+        '<script type="module">keep()</script><h2 id="draws-and-log-py">Draws and log p(y)</h2>'
+    )
+    page = Page()
+    out = hooks._without_cdn_loaders(html, page)
+    assert "mermaid" not in out and "mathjax" not in out.lower() and "keep()" in out
+    toc = [AnchorLink("Draws and log p(y)", "draws-and", 2)]
+    hooks._fix_toc_anchors(toc, {"draws-and-log-py"}, page)
+    assert toc[0].url == "#draws-and-log-py"
 
 
 def test_roles_resolve_from_the_docstrings_scope():

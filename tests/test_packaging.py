@@ -63,6 +63,28 @@ def test_wheel_and_sdist_contents(dist):
         members = {Path(m).relative_to(Path(m).parts[0]).as_posix() for m in tf.getnames()[1:]}
     assert {"LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml"} <= members
     assert "numpyro_dais/py.typed" in members
+    # the whole source tree, so that the tests run from an unpacked sdist (MANIFEST.in)
+    assert {"tests/conftest.py", "tests/models.py", "tests/engine/__init__.py"} <= members
+    assert {"dev.py", "mkdocs.yml", "docs/hooks.py", "examples/quickstart.py"} <= members
+    assert not any("__pycache__" in m or m.endswith(".pyc") for m in members)
+    tracked = _tracked_files()
+    if tracked is not None:  # every file of the repository but git's own
+        missing = tracked - members - {".gitignore"}
+        assert not missing, sorted(missing)[:20]
+
+
+def _tracked_files():
+    """The files git tracks in this checkout, or ``None`` outside a git checkout (an
+    unpacked sdist)."""
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True, timeout=60
+        )
+    except OSError:
+        return None
+    if proc.returncode != 0:
+        return None
+    return {line for line in proc.stdout.splitlines() if (ROOT / line).is_file()}
 
 
 def test_fresh_venv_installs_the_wheel_and_imports_every_public_name(dist, tmp_path):

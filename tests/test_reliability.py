@@ -33,6 +33,7 @@ from numpyro_dais import (
     _numpyro,
     _setup,
 )
+from numpyro_dais.engine.validation import SubsamplingNotSupportedError
 from tests import models
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -424,6 +425,27 @@ def test_upstream_subsample_case_is_a_clear_error(guide_cls, match):
     and say so instead of an UnexpectedTracerError from inside the sampler."""
     with pytest.raises(ValueError, match=match):
         _upstream_subsample(guide_cls)
+
+
+def test_upstream_autodais_subsampling_error():
+    """numpyro's own ``test_autodais_subsampling_error`` (test/infer/test_autoguide.py), our
+    AutoDAIS substituted: a plate that subsamples at set-up is a ``NotImplementedError``
+    matching "data subsampling", as numpyro's guide raises, and also a ``ValueError``, as
+    our other refusals are."""
+    data = jnp.array([1.0] * 8 + [0.0] * 2)
+
+    def model(data):
+        f = numpyro.sample("beta", dist.Beta(1, 1))
+        with numpyro.plate("plate", 20, 10, dim=-1):
+            numpyro.sample("obs", dist.Bernoulli(f), obs=data)
+
+    svi = SVI(model, AutoDAIS(model), optax.adam(0.01), Trace_ELBO())
+    with pytest.raises(NotImplementedError, match=".*data subsampling.*") as info:
+        svi.init(jax.random.key(1), data)
+    assert isinstance(info.value, SubsamplingNotSupportedError)
+    assert "AutoSurrogateLikelihoodDAIS" in str(info.value)
+    with pytest.raises(ValueError, match="needs the full data set"):
+        raise info.value
 
 
 def test_upstream_subsample_case_trains_gpvi():
