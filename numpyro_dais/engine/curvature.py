@@ -156,7 +156,16 @@ def find_mode(
 
     References: Nocedal & Wright (2006), "Numerical Optimization", ch. 4 (trust regions);
     Dauphin et al. (2014), "Identifying and attacking the saddle point problem" (``|H|``).
+
+    Matrix products run at full float32 precision (``jax.default_matmul_precision``): an
+    accelerator's default (TF32 on recent NVIDIA GPUs, 10-bit mantissas) leaves the Newton
+    steps of a badly conditioned problem too inexact to converge.
     """
+    with jax.default_matmul_precision("highest"):
+        return _find_mode(log_density, z, max_iters, tol, curvature_density, forward)
+
+
+def _find_mode(log_density, z, max_iters, tol, curvature_density, forward) -> Mode:
     curvature_density = curvature_density or log_density
     dampings = jnp.asarray(DAMPINGS, z.dtype)
     tiny = jnp.finfo(z.dtype).tiny
