@@ -104,6 +104,7 @@ METHODS = {
     "numpyro AutoDAIS": Method("numpyro AutoDAIS", {}, False),
     "ours q0": Method("ours AutoDAIS", {}, True),
     "ours importance": Method("ours AutoDAIS", {"method": "importance"}, True),
+    "ours psis": Method("ours AutoDAIS", {"method": "psis"}, True),
     "ours DSMCS": Method("ours AutoDSMCS", {}, True),
 }
 

@@ -27,7 +27,7 @@ from numpyro_dais._selfcheck import check_q0_once, transport_verdict
 from numpyro_dais.engine import dais0, gaussian, psis
 from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransitionParams, TransportReport
 
-POSTERIOR_METHODS = ("q0", "dais", "importance")
+POSTERIOR_METHODS = ("q0", "dais", "importance", "psis")
 #: draws behind ``median`` and ``quantiles`` when ``posterior_method`` is not ``"q0"``
 SUMMARY_DRAWS = 2000
 
@@ -57,10 +57,11 @@ class PosteriorQueries:
         """Posterior draws, vectorised.
 
         :param method: ``"q0"`` (DAIS₀: draws of the trained ``q0``; needs no data),
-            ``"dais"`` (end points ``z_K`` of the annealing) or ``"importance"`` (an end point
-            resampled by weight from each system of ``num_particles``). Defaults to the
-            guide's ``posterior_method``. The last two anneal to the posterior of the data
-            passed here (the training data).
+            ``"dais"`` (end points ``z_K`` of the annealing), ``"importance"`` (an end point
+            resampled by weight from each system of ``num_particles``) or ``"psis"`` (the
+            particles of ``S`` such systems pooled and ``S`` resampled by their
+            PSIS-smoothed weights). Defaults to the guide's ``posterior_method``. All but
+            ``"q0"`` anneal to the posterior of the data passed here (the training data).
         :param batch_size: draws computed at once (bounds memory); ``None``: all at once.
         :param mesh: a :class:`jax.sharding.Mesh`: the draws (for ``"importance"``, the
             particle systems, one per draw) are split evenly over all its devices, so its
@@ -98,7 +99,7 @@ class PosteriorQueries:
         if method != "q0":
             n = self._num_draws(sample_shape)
             _sampling.warn_if_not_finite(type(self).__name__, draws, method, n)
-            S = n * (self.num_particles if method == "importance" else 1)
+            S = n * (self.num_particles if method in ("importance", "psis") else 1)
             what = f"the weights behind the {method!r} draws (S = {S})"
             _sampling.warn_if_heavy_tailed(type(self).__name__, k, S, what)
         return (draws, k) if return_pareto_k else draws

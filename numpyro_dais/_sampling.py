@@ -81,8 +81,12 @@ def draw(guide, rng_key, fitted, args, kwargs, method, num_draws, batch_size=Non
 
 def weighted_draws(guide, rng_key, fitted, args, kwargs, method, num_draws, batch_size, mesh):
     """:func:`draw`'s draws and the log weights of the particles behind them: ``(S,)`` for
-    ``"dais"`` (each end point's), ``(S, num_particles)`` for ``"importance"`` (each system's,
-    resampled from), ``None`` for ``"q0"``."""
+    ``"dais"`` (each end point's), ``(S, num_particles)`` for ``"importance"`` and ``"psis"``
+    (each system's), ``None`` for ``"q0"``.
+
+    ``"psis"``: the ``S`` systems' ``S · N`` particles pooled, their log weights
+    PSIS-smoothed (Vehtari et al. 2024) and ``S`` draws resampled from all of them by the
+    smoothed weights (with replacement: duplicates where the weights are uneven)."""
     if method == "q0":
         u = gaussian.sample(rng_key, fitted.q0, (num_draws,))
         z = u if fitted.affine is None else preconditioning.to_z(fitted.affine, u)
@@ -95,6 +99,22 @@ def weighted_draws(guide, rng_key, fitted, args, kwargs, method, num_draws, batc
             return jnp.where(finite[:, None], out.z, jnp.nan), out.log_weights
 
         return map_chunks(end_points, rng_key, num_draws, batch_size, mesh)
+
+    if method == "psis":
+        key_run, key_pick = jax.random.split(rng_key)
+
+        def system(key):
+            out = run(guide, key, fitted, args, kwargs, guide.num_particles, "target")
+            return out.z, out.log_weights
+
+        keys = jax.random.split(key_run, num_draws)
+        z, log_w = map_batched(system, keys, batch_size, mesh)  # (S, N, D), (S, N)
+        smoothed = psis.psis_smooth(jnp.reshape(log_w, -1)).log_weights
+        idx = jax.random.categorical(key_pick, smoothed, shape=(num_draws,))
+        pooled = jnp.reshape(z, (-1, z.shape[-1]))[idx]
+        # every particle diverged: no draws (NaN, reported)
+        pooled = jnp.where(jnp.isfinite(jnp.max(smoothed)), pooled, jnp.nan)
+        return shard_particles(pooled, mesh), log_w
 
     def importance(key):
         key_run, key_pick = jax.random.split(key)
