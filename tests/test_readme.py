@@ -57,7 +57,7 @@ def test_snippets_run_as_they_stand():
         exec(compile(block, "README.md", "exec"), namespace)
     import numpy as np
 
-    draws, log_Z, se = namespace["draws"], namespace["log_Z"], namespace["se"]
+    draws, log_Z, se = namespace["draws"], namespace["ev"].log_Z, namespace["ev"].se
     assert draws["w"].shape == (1000, 3)
     assert np.all(np.isfinite(draws["w"])) and np.isfinite(log_Z) and se < 1
     # the snippet's data come from w = (1, -2, 0.5): the posterior means have the signs
