@@ -167,6 +167,7 @@ def test_diagnostics(trained):
     # of 16 particles combine to one. Its variance estimate is unbiased, not positive: with
     # ESS ≈ N after two resamplings its mean is ~1e-3 and its noise larger, so it may clip to 0
     assert 0 <= float(ev.se) < 1
+    assert float(ev.pareto_k) < 0.7  # the largest k̂ of the systems' weights: light
     ev4 = guide.log_evidence(
         jax.random.PRNGKey(8), result.params, Y, num_particles=64, batch_size=16
     )
