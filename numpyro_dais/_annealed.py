@@ -31,7 +31,6 @@ from numpyro_dais._sampling import Fitted
 from numpyro_dais._vectorise import jit_by_leaves
 from numpyro_dais.engine import dais, gaussian, preconditioning, samplers, transitions
 from numpyro_dais.engine.annealing import betas_from_increments
-from numpyro_dais.engine.transitions import KERNELS
 
 BASE_DISTS = ("diagonal", "cholesky")
 
@@ -90,7 +89,7 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         self.K = check_positive_int("K", K)
         self.num_particles = check_positive_int("num_particles", num_particles)
         self.mesh = check_mesh(type(self).__name__, mesh, self.num_particles, None)
-        check_choice("kernel", kernel, KERNELS)
+        check_choice("kernel", kernel, transitions.KERNELS)
         check_choice("base_dist", base_dist, BASE_DISTS)
         check_choice("posterior_method", posterior_method, POSTERIOR_METHODS)
         check_step_sizes(eta_init, eta_max)
