@@ -26,6 +26,7 @@ from numpyro_dais._checks import (
     check_positive_int,
     check_step_sizes,
 )
+from numpyro_dais._modelview import hierarchical_normal_sites
 from numpyro_dais._queries import POSTERIOR_METHODS, PosteriorQueries
 from numpyro_dais._sampling import Fitted
 from numpyro_dais._vectorise import jit_by_leaves
@@ -33,6 +34,7 @@ from numpyro_dais.engine import dais, gaussian, preconditioning, samplers, trans
 from numpyro_dais.engine.annealing import betas_from_increments
 
 BASE_DISTS = ("diagonal", "cholesky")
+NONCENTRE = ("auto", True, False)
 
 
 class AnnealedGuide(PosteriorQueries, ContinuousGuide):
@@ -54,6 +56,7 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         "gamma_init",
         "init_scale",
         "laplace_init",
+        "noncentre",
         "posterior_method",
         "sym_kl_weight",
         "report_divergences",
@@ -85,6 +88,7 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         self_check,
         mesh,
         forward_mode_differentiation,
+        noncentre=False,
     ):
         self.K = check_positive_int("K", K)
         self.num_particles = check_positive_int("num_particles", num_particles)
@@ -99,6 +103,13 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         if not isinstance(laplace_init, bool | np.bool_):
             raise TypeError(f"`laplace_init` must be True or False, got {laplace_init!r}.")
         self.laplace_init = bool(laplace_init)
+        if noncentre not in NONCENTRE or (noncentre and target.supports_subsampling):
+            raise ValueError(
+                "`noncentre` must be 'auto' (non-centre a hierarchy whose centred posterior "
+                "has no mode), True (always) or False (never), got "
+                f"{noncentre!r}; the mini-batch guides take False only."
+            )
+        self.noncentre = noncentre
         if sym_kl_weight is None:
             sym_kl_weight = 1.0 if posterior_method == "q0" else 0.0
         if isinstance(sym_kl_weight, bool) or not (
@@ -162,6 +173,20 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
     def _after_setup(self, args, kwargs):
         super()._after_setup(args, kwargs)
         self._target.setup(self._view, self.prototype_trace, args, kwargs, self.prefix)
+        if self.noncentre is True:
+            self._noncentre_hierarchy(args, kwargs)
+
+    def _noncentre_hierarchy(self, args, kwargs) -> bool:
+        """Run the hierarchy's Normal sites (those whose scale is a function of other latent
+        sites) non-centred from now on, if ``noncentre`` allows it and any exist; whether it
+        switched. Their flat coordinates then hold the noise ``u`` of ``value = loc + scale
+        · u`` (Gorinova et al. 2020), in which a centred hierarchy's funnel is gone."""
+        if not self.noncentre or self._view.noncentred:
+            return False
+        sites = hierarchical_normal_sites(self._view.model, args, kwargs)
+        if sites:
+            self._view = self._view._replace(noncentred=sites)
+        return bool(sites)
 
     def _set_up_from_curvature(self, args, kwargs, params):
         """Fix the whitening and ``(eta_init, eta_max)`` at set-up (:mod:`numpyro_dais._setup`),

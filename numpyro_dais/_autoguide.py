@@ -20,14 +20,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
+import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
+from numpyro.distributions.util import sum_rightmost
 from numpyro.infer.initialization import init_to_uniform
-from numpyro.infer.util import constrain_fn, helpful_support_errors
+from numpyro.infer.util import helpful_support_errors
 
 from numpyro_dais import _numpyro
 from numpyro_dais._checks import check_full_data
-from numpyro_dais._modelview import ModelView, subsampled_plates, trace_without_sampling
+from numpyro_dais._modelview import (
+    ModelView,
+    hidden_values,
+    split,
+    subsampled_plates,
+    trace_without_sampling,
+)
 from numpyro_dais._vectorise import jit_by_leaves, map_batched
 from numpyro_dais.engine import weights
 
@@ -227,6 +235,36 @@ class ContinuousGuide(_numpyro.AutoContinuousBridge):
                 "Predictive(model, posterior_samples=...) for new inputs."
             )
 
+    # -- a guide call's sites ----------------------------------------------------------------
+
+    def _emit_sites(self, latent, args, kwargs):
+        """One ``Delta`` site per latent site of the flat ``latent (D,)``, its value
+        constrained and its ``log_density`` minus the log Jacobian (so that the ELBO's
+        ``log p − log q`` is the flat space's), as numpyro's ``AutoContinuous`` does; the
+        values of non-centred sites come from a run of the model."""
+        values, log_dets, noise = split(self._view, latent)
+        if noise:
+            run = _numpyro.NonCentre(noise=noise)
+            model = handlers.seed(run(self._view.model), rng_seed=0)
+            data = {**hidden_values(self._view), **values, **self._model_params()}
+            with handlers.block():
+                trace = handlers.trace(handlers.substitute(model, data=data)).get_trace(
+                    *args, **kwargs
+                )
+            values.update({name: trace[name]["value"] for name in noise})
+            log_dets.update(run.log_scale)
+        result = {}
+        for name in self._view.unpack(latent):
+            value, log_det = values[name], log_dets[name]
+            event_dim = self.prototype_trace[name]["fn"].event_dim
+            log_density = 0.0
+            if numpyro.get_mask() is not False:
+                extra = jnp.ndim(log_det) - jnp.ndim(value) + event_dim
+                log_density = -sum_rightmost(log_det, extra)
+            delta = dist.Delta(value, log_density=log_density, event_dim=event_dim)
+            result[name] = numpyro.sample(name, delta)
+        return result
+
     # -- draws in the model's space -----------------------------------------------------------
 
     def _constrain(self, latents, params, args=(), kwargs=None, batch_size=None):
@@ -244,10 +282,10 @@ class ContinuousGuide(_numpyro.AutoContinuousBridge):
         }
 
         def one(z):
-            values = constrain_fn(
-                model, args, kwargs, self._view.unpack(z), return_deterministic=True
-            )
-            return {k: v for k, v in values.items() if k in keep}
+            values, _, noise = split(self._view, z)
+            run = handlers.substitute(_numpyro.NonCentre(model, noise), data=values)
+            trace = handlers.trace(run).get_trace(*args, **kwargs)
+            return {k: site["value"] for k, site in trace.items() if k in keep}
 
         return map_batched(one, latents, batch_size)
 
@@ -259,7 +297,9 @@ class ContinuousGuide(_numpyro.AutoContinuousBridge):
         return int(math.prod(sample_shape)) if sample_shape else 1
 
     def _transform(self, z):
-        """Flat unconstrained ``z (..., D)`` to constrained latent values; needs no data."""
+        """Flat unconstrained ``z (..., D)`` to constrained latent values; needs no data (the
+        guide runs no site non-centred: those need the model, :meth:`_constrain`)."""
+        assert not self._view.noncentred
         return {name: self._view.transforms[name](u) for name, u in self._view.unpack(z).items()}
 
     def _coordinate_names(self):
@@ -268,6 +308,7 @@ class ContinuousGuide(_numpyro.AutoContinuousBridge):
         names = [""] * self.latent_dim
         for site, idx in index.items():
             idx = np.asarray(idx)
+            site = f"{site}_decentered" if site in self._view.noncentred else site
             for pos in np.ndindex(idx.shape):
                 names[int(idx[pos])] = site + ("[" + ",".join(map(str, pos)) + "]" if pos else "")
         return names

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 from numpyro import handlers
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import log_density
@@ -24,6 +25,25 @@ class ModelView(NamedTuple):
     unpack: Callable  # flat unconstrained z (..., D) -> {site: unconstrained value}
     transforms: dict  # {site: bijection from unconstrained to the site's support}
     hidden_sites: tuple  # latent sites the guide's model hides (drawn by earlier guides)
+    #: Normal sites whose flat coordinates hold the non-centred noise ``u`` (the site's value
+    #: is ``loc + scale · u``, :class:`~numpyro_dais._numpyro.NonCentre`)
+    noncentred: tuple = ()
+
+
+def split(view: ModelView, z):
+    """Flat unconstrained ``z (D,)`` to ``(values, log_dets, noise)``: the constrained values
+    of the sites mapped on their own (``{site: value}``), ``log |∂value/∂z|`` per element of
+    each, and the noise ``{site: u}`` of the non-centred sites, whose values the model's run
+    gives (:class:`~numpyro_dais._numpyro.NonCentre`)."""
+    values, log_dets, noise = {}, {}, {}
+    for name, u in view.unpack(z).items():
+        if name in view.noncentred:
+            noise[name] = u
+            continue
+        transform = view.transforms[name]
+        values[name] = transform(u)
+        log_dets[name] = transform.log_abs_det_jacobian(u, values[name])
+    return values, log_dets, noise
 
 
 def log_joint(view: ModelView, args, kwargs, model_params, handler=None) -> Callable:
@@ -35,23 +55,21 @@ def log_joint(view: ModelView, args, kwargs, model_params, handler=None) -> Call
     ``handler``: an optional numpyro messenger applied to the model's run (inside the
     ``block``), e.g. to reweight likelihood sites for a surrogate log likelihood.
     """
-    fixed = _hidden_values(view)
+    fixed = hidden_values(view)
     inner = handler if handler is not None else contextlib.nullcontext()
 
     def ell(z):
-        values, log_det = {}, 0.0
-        for name, u in view.unpack(z).items():
-            transform = view.transforms[name]
-            values[name] = transform(u)
-            log_det = log_det + jnp.sum(transform.log_abs_det_jacobian(u, values[name]))
-        with handlers.block(), handlers.substitute(data=model_params), inner:
+        values, log_dets, noise = split(view, z)
+        noncentre = _numpyro.NonCentre(noise=noise)
+        with handlers.block(), handlers.substitute(data=model_params), inner, noncentre:
             log_p, _ = log_density(view.model, args, kwargs, {**fixed, **values})
-        return log_p + log_det
+        log_dets = list(log_dets.values()) + list(noncentre.log_scale.values())
+        return log_p + sum(jnp.sum(d) for d in log_dets)
 
     return ell
 
 
-def _hidden_values(view: ModelView) -> dict:
+def hidden_values(view: ModelView) -> dict:
     if not view.hidden_sites:
         return {}
     found = _numpyro.enclosing_trace_values(view.hidden_sites)
@@ -77,10 +95,29 @@ def subsampled_plates(trace) -> dict:
     }
 
 
-def trace_without_sampling(model, args, kwargs):
+def trace_without_sampling(model, args, kwargs, rng_seed=0):
     """A trace of ``model`` whose latent sites take values from ``init_to_uniform`` instead of
     being sampled, so improper priors (``dist.ImproperUniform``) need no sampler."""
     # seed inside substitute: the seed handler must give each site its key first
-    seeded = handlers.substitute(handlers.seed(model, rng_seed=0), substitute_fn=init_to_uniform)
+    seeded = handlers.substitute(
+        handlers.seed(model, rng_seed=rng_seed), substitute_fn=init_to_uniform
+    )
     with handlers.block():
         return handlers.trace(seeded).get_trace(*args, **kwargs)
+
+
+def hierarchical_normal_sites(model, args, kwargs) -> tuple:
+    """Latent ``Normal`` sites whose ``scale`` depends on other latent sites (the members of
+    a hierarchy, whose joint density has a funnel when written centred), in model order:
+    their scale differs between two traces at different initial points."""
+    first, second = (trace_without_sampling(model, args, kwargs, seed) for seed in (0, 1))
+    found = []
+    for name, site in first.items():
+        if site["type"] != "sample" or site["is_observed"] or name not in second:
+            continue
+        base, other = (_numpyro.loc_scale_base(t[name]["fn"]) for t in (first, second))
+        if base is None or other is None:
+            continue
+        if not np.array_equal(np.asarray(base.scale), np.asarray(other.scale)):
+            found.append(name)
+    return tuple(found)

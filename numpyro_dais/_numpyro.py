@@ -28,7 +28,10 @@ class AutoContinuousBridge(AutoContinuous):
       ``_after_setup(args, kwargs)`` after;
     * ``_sample_latent`` (the flat latent of a guide call) is ``_latent_sample``;
     * ``_get_posterior`` (the fixed posterior behind numpyro's ``get_posterior``) is
-      ``_fixed_posterior``.
+      ``_fixed_posterior``;
+    * ``__call__`` emits the sites of the flat latent with ``_emit_sites(latent, args,
+      kwargs)`` (numpyro's loop, which maps each site on its own, cannot run a site
+      non-centred).
 
     Renamed upstream: the guides are no longer set up or trained, and every test fails."""
 
@@ -42,6 +45,12 @@ class AutoContinuousBridge(AutoContinuous):
 
     def _get_posterior(self):
         return self._fixed_posterior()
+
+    def __call__(self, *args, **kwargs):
+        if self.prototype_trace is None:
+            self._setup_prototype(*args, **kwargs)
+        latent = self._sample_latent(*args, **kwargs)
+        return self._emit_sites(latent, args, kwargs)
 
 
 def unblocked(model):
@@ -267,6 +276,40 @@ class SurrogateData(FixPlates):
                 scale = 1.0 if msg["scale"] is None else msg["scale"]
                 weights = jnp.reshape(self.weights, (num,) + (1,) * (-frame.dim - 1))
                 msg["scale"] = weights * (scale / plate_scale)
+
+
+def loc_scale_base(fn):
+    """The ``dist.Normal`` behind ``fn``'s ``expand``/``to_event`` wrappers, or ``None``."""
+    while isinstance(fn, dist.ExpandedDistribution | dist.Independent):
+        fn = fn.base_dist
+    return fn if type(fn) is dist.Normal else None
+
+
+class NonCentre(Messenger):
+    """Runs the latent sites named in ``noise`` (``{name: u}``, Normal sites) non-centred:
+    the site takes the value ``loc + scale · u`` from the ``loc`` and ``scale`` of its
+    distribution in this run (``LocScaleReparam(0)`` of Gorinova et al. 2020, without
+    renaming the site), and :attr:`log_scale` records ``log scale`` broadcast to the site's
+    shape, ``log |∂value/∂u|`` per element.
+
+    Sets a sample message's ``value`` before the sample primitive runs, and reads the
+    distribution's ``loc`` and ``scale`` behind ``ExpandedDistribution``/``Independent``: if
+    these change, the guides' non-centred set-up gives another log joint than numpyro's own
+    ``LocScaleReparam``, which the test suite compares.
+    """
+
+    def __init__(self, fn=None, noise=None):
+        self.noise = dict(noise or {})
+        self.log_scale = {}
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        if msg["type"] != "sample" or msg["name"] not in self.noise or msg["is_observed"]:
+            return
+        base = loc_scale_base(msg["fn"])
+        u = self.noise[msg["name"]]
+        msg["value"] = base.loc + base.scale * u
+        self.log_scale[msg["name"]] = jnp.broadcast_to(jnp.log(base.scale), jnp.shape(u))
 
 
 class Unobserve(Messenger):

@@ -275,13 +275,27 @@ class PosteriorQueries:
         method = self.posterior_method
         return draw(jax.random.key(0), fitted, args, kwargs, method, SUMMARY_DRAWS)
 
+    def _summary(self, params, reduce):
+        """``reduce`` (over the leading axis) of the draws behind :meth:`_summary_draws`, site
+        by site: of the flat draws, constrained after (each coordinate's map is monotone),
+        or, when sites run non-centred (their values need the model), of the draws'
+        values."""
+        draws = self._summary_draws(params)
+        if not self._view.noncentred:
+            return self._transform(reduce(draws))
+        if self.posterior_method == "q0":
+            check_q0_once(self, params)
+        values = self._constrain(draws, params)
+        return {name: reduce(values[name]) for name in self._view.transforms}
+
     def median(self, params):
         """Posterior median, as a dict of site values: ``q0``'s mean, constrained, when
-        ``posterior_method="q0"``; else the coordinate-wise median of :data:`SUMMARY_DRAWS`
-        draws of ``posterior_method`` on the set-up data (fixed seed), so that it agrees
-        with ``sample_posterior``."""
-        if self.posterior_method != "q0":
-            return self._transform(jnp.nanmedian(self._summary_draws(params), axis=0))
+        ``posterior_method="q0"`` and no site runs non-centred; else the coordinate-wise
+        median of :data:`SUMMARY_DRAWS` draws of ``posterior_method`` on the set-up data
+        (fixed seed), so that it agrees with ``sample_posterior``."""
+        self._check_set_up()
+        if self.posterior_method != "q0" or self._view.noncentred:
+            return self._summary(params, lambda x: jnp.nanmedian(x, axis=0))
         return self._transform(self._q0_of_z(params, check=True).loc)
 
     def quantiles(self, params, quantiles):
@@ -298,9 +312,9 @@ class PosteriorQueries:
                 f"`quantiles` must lie strictly inside (0, 1), got {quantiles!r}; q0 is a "
                 "Gaussian, whose 0 and 1 quantiles are infinite."
             )
-        if self.posterior_method != "q0":
-            draws = self._summary_draws(params)
-            return self._transform(jnp.nanquantile(draws, jnp.asarray(q), axis=0))
+        self._check_set_up()
+        if self.posterior_method != "q0" or self._view.noncentred:
+            return self._summary(params, lambda x: jnp.nanquantile(x, jnp.asarray(q), axis=0))
         q0 = self._q0_of_z(params, check=True)
         normal_q = dist.Normal(0.0, 1.0).icdf(jnp.asarray(q))
         return self._transform(q0.loc + normal_q[..., None] * gaussian.marginal_std(q0))

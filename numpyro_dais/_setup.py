@@ -91,7 +91,12 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
     lam, mode = jax.tree.map(_concrete, measured)
     affine = None
     if mode is not None and mode.z is not None:  # None: set up under jit, nothing to read
-        affine = _laplace_affine(name, mode, np.asarray(init))
+        affine = preconditioning.laplace(mode.z, mode.neg_hessian)
+        funnel = _funnel_rise(affine, mode, np.asarray(init))
+        if funnel is not None and guide._noncentre_hierarchy(args, kwargs):
+            # once: the hierarchy's Normal sites now run non-centred, where a mode exists
+            return set_up(guide, args, kwargs, model_params)
+        affine = _laplace_affine(name, mode, affine, funnel)
     if affine is not None:
         lam = BULK_MARGIN * preconditioning.whitened_curvature(affine, mode.neg_hessian)
         floor = BULK_MARGIN  # q0's own curvature in u, N(0, I) at the start, with the margin
@@ -109,11 +114,23 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
 DEGENERATE_RATIO = 1e-4
 
 
-def _laplace_affine(name, mode, init):
-    """The whitening at the mode search's end point, with a warning when that point is not
-    a mode; ``None`` (warned too) when its Hessian is not finite, or when the end point is
-    a degenerate mode (the density grows without bound there)."""
-    affine = preconditioning.laplace(mode.z, mode.neg_hessian)
+def _funnel_rise(affine, mode, init):
+    """``(rise, predicted)`` when the mode search's end point is a degenerate mode (the
+    density grows without bound there: a centred hierarchy's funnel), else ``None``."""
+    if affine is None:
+        return None
+    d = np.linalg.solve(np.asarray(affine.scale_tril), init - np.asarray(affine.loc))
+    predicted = 0.5 * float(d @ d)
+    if predicted > 50.0 and float(mode.rise) < DEGENERATE_RATIO * predicted:
+        return float(mode.rise), predicted
+    return None
+
+
+def _laplace_affine(name, mode, affine, funnel):
+    """``affine``, the whitening at the mode search's end point, with a warning when that
+    point is not a mode; ``None`` (warned too) when its Hessian is not finite (``affine`` is
+    ``None``), or when the end point is a degenerate mode (``funnel``: ``(rise,
+    predicted)``, :func:`_funnel_rise`)."""
     if affine is None:
         warnings.warn(
             f"{name}: the Laplace start was skipped: the log density's Hessian is not "
@@ -127,18 +144,19 @@ def _laplace_affine(name, mode, init):
             stacklevel=4,
         )
         return None
-    d = np.linalg.solve(np.asarray(affine.scale_tril), init - np.asarray(affine.loc))
-    predicted = 0.5 * float(d @ d)
-    if predicted > 50.0 and float(mode.rise) < DEGENERATE_RATIO * predicted:
+    if funnel is not None:
+        rise, predicted = funnel
         warnings.warn(
             f"{name}: the posterior seems to have no mode: from the initial point its log "
-            f"density rose by {float(mode.rise):.3g} nats while its curvature grew as if by "
+            f"density rose by {rise:.3g} nats while its curvature grew as if by "
             f"{predicted:.3g} (a Gaussian's rise): the search ran into a funnel's neck, where "
             "the density of a centred hierarchy grows without bound as a scale goes to 0. "
             "A Laplace start there would trap q0, so q0 starts at the initial point with "
             "`init_scale` in the model's raw coordinates. Fix: non-centre the hierarchy "
-            "(`numpyro.infer.reparam.LocScaleReparam(0)` on the group-level sites, or write "
-            "theta = mu + tau * theta_raw), and check the fit with `transport_check`.",
+            "(`noncentre='auto'` does it for Normal sites whose scale is a latent site; "
+            "otherwise `numpyro.infer.reparam.LocScaleReparam(0)` on the group-level "
+            "sites, or write theta = mu + tau * theta_raw), and check the fit with "
+            "`transport_check`.",
             UserWarning,
             stacklevel=4,
         )

@@ -57,6 +57,14 @@ class AutoDAIS(AnnealedGuide):
         the fix. ``False``: ``q0`` starts exactly at ``init_loc_fn`` with ``init_scale`` in
         ``z`` and its location is a plain parameter (e.g. to hold a fixed ``q0``, as in the
         DSMCS paper's benchmarks).
+    :param noncentre: ``"auto"`` (default): when the mode search at set-up runs into a
+        funnel (a centred hierarchy, whose density grows without bound as a group scale
+        goes to 0), run the hierarchy's ``Normal`` sites whose scale is a function of other
+        latent sites non-centred, ``value = loc + scale · u`` (the model's
+        ``LocScaleReparam(0)``, Gorinova et al. 2020, done inside the guide: the model,
+        its site names and ``sample_posterior``'s draws stay as written), and set up
+        again there. Their flat coordinates (``get_posterior``, ``transport_check``) then
+        hold ``u``, labelled ``{site}_decentered``. ``True``: always; ``False``: never.
     :param str posterior_method: what ``sample_posterior`` and ``Predictive`` return by
         default: ``"q0"`` (DAIS₀), ``"dais"`` (end points ``z_K``) or ``"importance"``
         (end points resampled by weight within N-particle sets).
@@ -99,6 +107,7 @@ class AutoDAIS(AnnealedGuide):
         init_loc_fn=init_to_uniform,
         init_scale=0.1,
         laplace_init=True,
+        noncentre="auto",
         posterior_method="q0",
         sym_kl_weight=None,
         report_divergences=True,

@@ -79,6 +79,7 @@ class AutoDSMCS(AnnealedGuide):
         init_loc_fn=init_to_uniform,
         init_scale=0.1,
         laplace_init=True,
+        noncentre="auto",
         posterior_method="importance",
         sym_kl_weight=None,
         report_divergences=True,
