@@ -184,6 +184,7 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         if not self.noncentre or self._view.noncentred:
             return False
         sites = hierarchical_normal_sites(self._view.model, args, kwargs)
+        sites = tuple(name for name in sites if name in self._view.transforms)  # this guide's
         if sites:
             self._view = self._view._replace(noncentred=sites)
         return bool(sites)
