@@ -84,14 +84,22 @@ def hidden_values(view: ModelView) -> dict:
     return found
 
 
-def subsampled_plates(trace) -> dict:
-    """Plates of ``trace`` that subsample: ``{name: (size, subsample_size)}``."""
+def data_plates(trace) -> dict:
+    """Plates of ``trace`` declared with a ``subsample_size`` (``B = Nd`` included):
+    ``{name: (Nd, B)}``."""
     return {
-        name: (site["args"][0], site["args"][1])
+        name: tuple(site["args"][:2])
         for name, site in trace.items()
-        if site["type"] == "plate"
-        and isinstance(site["args"][1], int)
-        and site["args"][0] > site["args"][1]
+        if site["type"] == "plate" and site["args"][1] is not None
+    }
+
+
+def subsampled_plates(trace) -> dict:
+    """The plates of :func:`data_plates` that subsample (``B < Nd``)."""
+    return {
+        name: (size, b)
+        for name, (size, b) in data_plates(trace).items()
+        if isinstance(b, int) and b < size
     }
 
 

@@ -14,6 +14,7 @@ from numpyro import handlers
 from numpyro.infer import log_likelihood as numpyro_log_likelihood
 
 from numpyro_dais import _numpyro
+from numpyro_dais._modelview import subsampled_plates
 
 
 def _with_params(model, params):
@@ -227,11 +228,7 @@ def _one_chain(
     model = _with_params(model, params)
     first = {k: v[0] for k, v in draws.items()}
     trace = handlers.trace(handlers.seed(_with_latents(model, first), 0)).get_trace(*args, **kwargs)
-    subsampled = [
-        n
-        for n, s in trace.items()
-        if s["type"] == "plate" and s["args"][1] not in (None, s["args"][0])
-    ]
+    subsampled = list(subsampled_plates(trace))
     if subsampled and (log_likelihood or posterior_predictive):
         raise ValueError(
             f"The model subsamples plate(s) {subsampled}: the log likelihood and observed data "

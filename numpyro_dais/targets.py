@@ -26,6 +26,7 @@ from numpyro_dais import _numpyro
 from numpyro_dais._checks import check_full_data
 from numpyro_dais._modelview import (
     ModelView,
+    data_plates,
     log_joint,
     subsampled_plates,
     trace_without_sampling,
@@ -37,15 +38,6 @@ DEFAULT_NUM_SURROGATE = 256
 #: the surrogate rows are chosen with this fixed seed, so a guide set up again on the same
 #: data (another process, another key) pairs its saved weights with the same rows
 SURROGATE_SEED = 0
-
-
-def data_plates(prototype_trace) -> dict:
-    """Plates declared with a ``subsample_size`` (``B = Nd`` included): ``{name: (Nd, B)}``."""
-    return {
-        name: tuple(site["args"][:2])
-        for name, site in prototype_trace.items()
-        if site["type"] == "plate" and site["args"][1] is not None
-    }
 
 
 class FullData:
