@@ -150,6 +150,17 @@ def hier_logistic(X, group, y=None, *, num_groups):
     numpyro.sample("y", dist.Bernoulli(logits=logits), obs=y)
 
 
+def hier_logistic_centred(X, group, y=None, *, num_groups):
+    """Centred varying intercepts over groups, common slopes (the same posterior as
+    :func:`hier_logistic`, written as most models are)."""
+    mu = numpyro.sample("mu", dist.Normal(0.0, 2.0))
+    sigma = numpyro.sample("sigma", dist.HalfNormal(1.0))
+    beta = numpyro.sample("beta", dist.Normal(0.0, 1.0).expand([X.shape[1]]).to_event(1))
+    with numpyro.plate("groups", num_groups):
+        a = numpyro.sample("a", dist.Normal(mu, sigma))
+    numpyro.sample("y", dist.Bernoulli(logits=a[group] + X @ beta), obs=y)
+
+
 def hier_logistic_data(seed, groups=HIER_GROUPS, per_group=10):
     rng = np.random.default_rng(seed)
     group = np.repeat(np.arange(groups), per_group)
@@ -322,6 +333,12 @@ def _registry():
             lambda: hier_logistic_data(s["hier_logistic"]),
             f"hierarchical logistic regression, {HIER_GROUPS} groups × 10 rows, 2 covariates, "
             "non-centred varying intercepts",
+        ),
+        "hier_logistic_centred": (
+            functools.partial(hier_logistic_centred, num_groups=HIER_GROUPS),
+            lambda: hier_logistic_data(s["hier_logistic"]),
+            f"hierarchical logistic regression, {HIER_GROUPS} groups × 10 rows, 2 covariates, "
+            "centred varying intercepts (the data of hier_logistic)",
         ),
         "radon": (
             radon,

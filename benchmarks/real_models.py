@@ -164,6 +164,7 @@ NUTS_SETTINGS = {
     "collinear": NutsSettings(1000, 2500, dense_mass=True),
     "badly_scaled": NutsSettings(1000, 2500, dense_mass=True),
     "hier_logistic": NutsSettings(1000, 2500, 0.95),
+    "hier_logistic_centred": NutsSettings(1000, 2500, 0.95, noncentre=("a",)),
     "radon": NutsSettings(1000, 2500, 0.95, noncentre=("a",)),
     "gp_poisson": NutsSettings(1000, 2500, 0.99),
     "ar2": NutsSettings(1000, 2500),
