@@ -44,6 +44,11 @@ def _plates(trace):
     return {name: site for name, site in trace.items() if site["type"] == "plate"}
 
 
+def _subsamples(plate_site) -> bool:
+    size, subsample_size = plate_site["args"][:2]
+    return subsample_size is not None and subsample_size < size
+
+
 def local_plate(owner, trace, subsample_plate) -> str:
     """The name of the local plate: ``subsample_plate``, else the one plate that subsamples,
     else the model's only plate; ``ValueError`` naming the fix otherwise."""
@@ -55,7 +60,7 @@ def local_plate(owner, trace, subsample_plate) -> str:
                 f"its plates are {sorted(plates)}."
             )
         return subsample_plate
-    subsampled = [n for n, s in plates.items() if s["args"][1] < s["args"][0]]
+    subsampled = [n for n, s in plates.items() if _subsamples(s)]
     candidates = subsampled or list(plates)
     if len(candidates) != 1:
         what = "plates that subsample" if subsampled else "plates and none subsamples"
@@ -77,16 +82,11 @@ def layout(owner, trace, init_locs, plate: str) -> Layout:
     for name, site in trace.items():
         if site["type"] != "sample" or site["is_observed"]:
             continue
-        if site["fn"].support.is_discrete:
-            raise ValueError(
-                f"{owner}: the latent site {name!r} is discrete; only continuous latent "
-                "sites are supported (marginalise it out, e.g. with a mixture distribution)."
-            )
         frames = {f.name: f for f in site["cond_indep_stack"]}
         if plate not in frames:
             continue
         for f in frames.values():
-            if f.name != plate and f.subsample_size is not None and f.subsample_size < f.size:
+            if f.name != plate and _subsamples(trace[f.name]):
                 raise ValueError(
                     f"{owner}: the local site {name!r} sits in a second subsampled plate "
                     f"{f.name!r}; only the local plate {plate!r} may subsample."
@@ -112,6 +112,16 @@ def layout(owner, trace, init_locs, plate: str) -> Layout:
             "is for models with local latent variables (use AutoDAIS or AutoNormal otherwise)."
         )
     return Layout(plate, size, batch, dim, tuple(sites))
+
+
+def check_continuous(owner, trace):
+    """``ValueError`` naming the first discrete latent site of ``trace``, if any."""
+    for name, site in trace.items():
+        if site["type"] == "sample" and not site["is_observed"] and site["fn"].is_discrete:
+            raise ValueError(
+                f"{owner}: the latent site {name!r} is discrete; only continuous latent "
+                "sites are supported (marginalise it out, e.g. with a mixture distribution)."
+            )
 
 
 def latent_names(trace) -> set:

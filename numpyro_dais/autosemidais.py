@@ -121,8 +121,12 @@ class AutoSemiDAIS(AutoGuide):
     # -- set-up ---------------------------------------------------------------------------
 
     def _setup_prototype(self, *args, **kwargs):
+        name = type(self).__name__
+        with handlers.block(), handlers.trace() as tr, handlers.seed(rng_seed=0):
+            self.model(*args, **kwargs)  # before numpyro's set-up, which asks for funsor
+        sites.check_continuous(name, tr)
         super()._setup_prototype(*args, **kwargs)
-        name, trace = type(self).__name__, self.prototype_trace
+        trace = self.prototype_trace
         plate = sites.local_plate(name, trace, self.subsample_plate)
         self._layout = sites.layout(name, trace, self._init_locs, plate)
         local = {s.name for s in self._layout.sites}
@@ -250,16 +254,21 @@ class AutoSemiDAIS(AutoGuide):
         """Run the chains on the plate's batch; emit the local sites and the log weights."""
         lay = self._layout
         params = {k: numpyro.param(k, value, **kw) for k, (value, kw) in self._local_params.items()}
-        with numpyro.plate(lay.plate, lay.size, subsample_size=lay.batch, dim=lay.dim) as idx:
-            q0 = self._base(idx, local_args, local_kwargs)
-            anneal = self._anneal_params(idx)
+        plate = numpyro.plate(lay.plate, lay.size, subsample_size=lay.batch, dim=lay.dim)
+        with plate as idx:  # the batch, drawn or substituted; q0 is built outside the plate
+            pass
+        q0 = self._base(idx, local_args, local_kwargs)
+        anneal = self._anneal_params(idx)
+        with plate:
             rng_key = numpyro.prng_key()
             out = self._chains(rng_key, q0, anneal, idx, params, local_args, local_kwargs)
             values, log_det = sites.constrain(self.prototype_trace, lay, out.z)
             result = {}
             for s in lay.sites:
-                delta = dist.Delta(values[s.name], log_density=-log_det[s.name])
-                result[s.name] = numpyro.sample(s.name, delta.to_event(s.event_dim))
+                delta = dist.Delta(
+                    values[s.name], log_density=-log_det[s.name], event_dim=s.event_dim
+                )
+                result[s.name] = numpyro.sample(s.name, delta)
             brake = jax.vmap(_objective.divergence_brake)(anneal.step_sizes, out.diverged)
             log_w = jnp.reshape(out.log_w + brake, (-1,) + (1,) * (-lay.dim - 1))
             _numpyro.emit_log_weight(f"{self.prefix}_local_dais_factor", -log_w)
