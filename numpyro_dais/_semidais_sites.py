@@ -78,6 +78,7 @@ def layout(owner, trace, init_locs, plate: str) -> Layout:
     a local site must be continuous, inside ``plate``, and carry the plate's batch size
     on the plate's axis; no other plate may subsample."""
     size, batch = trace[plate]["args"][:2]
+    batch = size if batch is None else batch
     sites, dim = [], None
     for name, site in trace.items():
         if site["type"] != "sample" or site["is_observed"]:

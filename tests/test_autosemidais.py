@@ -111,25 +111,39 @@ def train(model, guide, num_steps, lr=0.02, seed=0):
 
 
 def test_more_transitions_beat_fewer_and_mean_field():
-    # numpyro's accuracy case in small: after the same training, Semi-DAIS with K = 8 has a
-    # higher bound than with K = 1, and both than mean field (AutoNormal over θ and z). The
-    # means over 1000 draws have standard errors < 0.02; the gaps asserted are 0.05.
-    num_steps, M = 600, 1000
-    results = {}
-    for K in (1, 8):
-        model, guide = semidais(N, K=K, eta_init=0.05, eta_max=0.3)
-        params = train(model, guide, num_steps).params
-        results[K] = bounds(model, guide, params, M).mean()
+    # numpyro's accuracy case in small, on a conjugate model whose local latents are
+    # strongly coupled to θ (z_n ~ N(θ, 0.3²), 16 points: ρ² ≈ 0.4 in the posterior, which
+    # no product of a global and per-member Gaussians fits). After the same 300 steps,
+    # Semi-DAIS K = 8 has a higher bound than K = 1 and than mean field (AutoNormal over θ
+    # and z), and stays below log p(x). Measured: K = 8 −24.00, K = 1 −25.39, mean field
+    # −25.57, log p(x) −23.22 (seeded); the means over 500 draws have standard errors
+    # < 0.1, the gaps asserted are 0.5.
+    M, sigma_z = 16, 0.3
+    data = jnp.asarray(np.random.RandomState(3).randn(M), jnp.float32)
+    cov = (1.0 + sigma_z**2) * jnp.eye(M) + jnp.ones((M, M))
+    log_Z = float(jax.scipy.stats.multivariate_normal.logpdf(data, jnp.zeros(M), cov))
+
+    def local(theta):
+        with numpyro.plate("N", M):
+            x = numpyro.subsample(data, event_dim=0)
+            z = numpyro.sample("z", dist.Normal(theta, sigma_z))
+            numpyro.sample("x", dist.Normal(z, 1.0), obs=x)
 
     def model():
-        return local_model(global_model())
+        return local(global_model())
 
+    results = {}
+    for K in (1, 8):
+        guide = AutoSemiDAIS(
+            model, local, AutoNormal(global_model), K=K, eta_init=0.05, eta_max=0.3
+        )
+        results[K] = bounds(model, guide, train(model, guide, 300, lr=0.05).params, 500).mean()
     mean_field = AutoNormal(model)
-    params = train(model, mean_field, num_steps).params
-    results["mf"] = bounds(model, mean_field, params, M).mean()
-    assert results[8] > results[1] + 0.05
-    assert results[1] > results["mf"] + 0.05
-    assert results[8] < LOG_Z
+    params = train(model, mean_field, 300, lr=0.05).params
+    results["mf"] = bounds(model, mean_field, params, 500).mean()
+    assert results[8] > results[1] + 0.5
+    assert results[8] > results["mf"] + 0.5
+    assert results[8] < log_Z, (results, log_Z)
 
 
 def test_local_only_model_with_an_amortised_base():
