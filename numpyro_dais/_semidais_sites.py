@@ -193,3 +193,59 @@ def member_log_density(local_model, local_args, local_kwargs, trace, lay, idx, p
             lp = lp + log_det[name]
         total = total + _per_member(lay, lp, frame.dim)
     return total
+
+
+MEMBERS = "semidais_members"  # the vmap axis of the plate's members
+
+
+def member_target(log_density, operands):
+    """``u (D,) -> ℓ_n(u)`` for the member ``n`` of the enclosing ``vmap`` over the axis
+    :data:`MEMBERS`, from ``log_density(U (B, D), operands) -> (B,)``, which must be
+    separable (entry ``n`` depends on row ``n`` only, as in an admissible model).
+
+    All members' positions are gathered and the batch is evaluated once (``O(B)``, not once
+    per member); the gradient of the batch's sum is computed once too, and member ``n``
+    takes its row of it (a custom VJP: exact because of the separability). ``operands``
+    (a pytree) are the differentiable inputs (θ, the model's params); the gradient reaches
+    them through the rows, so the bound's gradient is the ordinary one."""
+    leaves, treedef = jax.tree.flatten(operands)
+    dynamic = [_is_float_array(x) for x in leaves]
+    fixed = [None if d else x for x, d in zip(leaves, dynamic, strict=True)]
+
+    def rebuild(floats):
+        it = iter(floats)
+        return treedef.unflatten(
+            [next(it) if d else x for x, d in zip(fixed, dynamic, strict=True)]
+        )
+
+    @jax.custom_vjp
+    def values(U, floats):
+        return log_density(U, rebuild(floats))
+
+    def forward(U, floats):
+        def total(U):
+            ell = log_density(U, rebuild(floats))
+            return jnp.sum(ell), ell
+
+        (_, ell), rows = jax.value_and_grad(total, has_aux=True)(U)
+        return ell, (rows, U, floats)
+
+    def backward(res, cotangent):
+        rows, U, floats = res
+        _, vjp = jax.vjp(lambda f: log_density(U, rebuild(f)), floats)
+        return cotangent[:, None] * rows, vjp(cotangent)[0]
+
+    values.defvjp(forward, backward)
+    floats = [x for x, d in zip(leaves, dynamic, strict=True) if d]
+
+    def target(u):
+        U = jax.lax.all_gather(u, MEMBERS)
+        return values(U, floats)[jax.lax.axis_index(MEMBERS)]
+
+    return target
+
+
+def _is_float_array(x) -> bool:
+    return isinstance(x, jax.Array | np.ndarray | float) and jnp.issubdtype(
+        jnp.result_type(x), jnp.inexact
+    )

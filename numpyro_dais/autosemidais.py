@@ -276,29 +276,27 @@ class AutoSemiDAIS(AutoGuide):
 
     def _chains(self, rng_key, q0, anneal, idx, params, local_args, local_kwargs):
         """One DAIS chain per member (:func:`numpyro_dais.engine.dais.run`, one particle,
-        vmapped over the batch). Member ``n``'s target is ``ℓ_n``, evaluated on the batch
-        with the other members held at their ``q0`` means; the weight omits ``ℓ_n(u_K)``,
-        which the model's own term supplies."""
-        lay, B = self._layout, idx.shape[0]
-        trace = self.prototype_trace
-        rest = jax.lax.stop_gradient(q0.loc)
+        vmapped over the batch). Member ``n``'s target is ``ℓ_n``
+        (:func:`~numpyro_dais._semidais_sites.member_target`: the batch evaluated once per
+        leapfrog step for all members); the weight omits ``ℓ_n(u_K)``, which the model's own
+        term supplies."""
+        lay, B, trace, model = self._layout, idx.shape[0], self.prototype_trace, self.local_model
 
-        def chain(key, loc, scale, anneal_n, n):
-            def log_dynamics(u):
-                U = rest.at[n].set(u)
-                ell = sites.member_log_density(
-                    self.local_model, local_args, local_kwargs, trace, lay, idx, params, U
-                )
-                return ell[n]
+        def log_density(U, operands):
+            args, kwargs, params = operands
+            return sites.member_log_density(model, args, kwargs, trace, lay, idx, params, U)
 
-            target = dais.Target(log_dynamics, dais.omit_final)
-            out = dais.run(
-                key, gaussian.Gaussian(loc, scale), target, anneal_n, 1, kernel=self._kernel
-            )
+        log_dynamics = sites.member_target(log_density, (local_args, local_kwargs, params))
+        target = dais.Target(log_dynamics, dais.omit_final)
+
+        def chain(key, loc, scale, anneal_n):
+            q0_n = gaussian.Gaussian(loc, scale)
+            out = dais.run(key, q0_n, target, anneal_n, 1, kernel=self._kernel)
             return out.z[0], out.log_weights[0], out.num_diverged
 
         keys = jax.random.split(rng_key, B)
-        z, log_w, diverged = jax.vmap(chain)(keys, q0.loc, q0.scale, anneal, jnp.arange(B))
+        members = jax.vmap(chain, axis_name=sites.MEMBERS)
+        z, log_w, diverged = members(keys, q0.loc, q0.scale, anneal)
         return Chains(z, log_w, diverged.astype(z.dtype))
 
     # -- posterior --------------------------------------------------------------------------
