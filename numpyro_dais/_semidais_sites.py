@@ -11,6 +11,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.distributions import biject_to
 from numpyro.distributions.util import sum_rightmost
@@ -249,3 +250,20 @@ def _is_float_array(x) -> bool:
     return isinstance(x, jax.Array | np.ndarray | float) and jnp.issubdtype(
         jnp.result_type(x), jnp.inexact
     )
+
+
+def normal_base(owner, fn, name):
+    """The Normal behind a local guide's site (through expand, to_event and the transform to
+    the support), or a ``ValueError``."""
+    base = fn
+    while isinstance(
+        base, dist.ExpandedDistribution | dist.Independent | dist.TransformedDistribution
+    ):
+        base = base.base_dist
+    if type(base) is not dist.Normal:
+        raise ValueError(
+            f"{owner}: `local_guide` gives the local site {name!r} a {type(fn).__name__}; "
+            "the chains start from a Gaussian, so it must be Normal in unconstrained space "
+            "(dist.Normal, or AutoNormal)."
+        )
+    return base

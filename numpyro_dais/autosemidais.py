@@ -67,6 +67,8 @@ class AutoSemiDAIS(AutoGuide):
         (``True``) or one per member of the full plate (``False``, the default).
     :param str kernel: ``"hmc"`` (uncorrected HMC, partial momentum refresh) or
         ``"langevin"``.
+    :param str prefix: prefix of the parameter names (``{prefix}_step_size``, ...).
+    :param bool forward_mode_differentiation: as numpyro's autoguides, for the set-up.
     """
 
     def __init__(
@@ -138,7 +140,7 @@ class AutoSemiDAIS(AutoGuide):
                 "with local_model taking global_model's return value."
             )
         local_args, local_kwargs = self._local_args_at_setup(args, kwargs, global_names)
-        with handlers.block(), handlers.trace() as tr:
+        with handlers.block(), handlers.trace() as tr, handlers.seed(rng_seed=0):
             self.local_model(*local_args, **local_kwargs)
         if sites.latent_names(tr) != local:
             raise ValueError(
@@ -150,7 +152,7 @@ class AutoSemiDAIS(AutoGuide):
             k: (s["value"], s["kwargs"]) for k, s in tr.items() if s["type"] == "param"
         }
         if self.local_guide is not None:
-            with handlers.block(), handlers.trace() as tr:
+            with handlers.block(), handlers.trace() as tr, handlers.seed(rng_seed=0):
                 self.local_guide(*local_args, **local_kwargs)
             missing = local - sites.latent_names(tr)
             if missing:
@@ -158,12 +160,12 @@ class AutoSemiDAIS(AutoGuide):
                     f"{name}: `local_guide` does not sample the local sites {sorted(missing)}."
                 )
             for s in self._layout.sites:
-                _normal_base(name, tr[s.name]["fn"], s.name)
+                sites.normal_base(name, tr[s.name]["fn"], s.name)
 
     def _local_args_at_setup(self, args, kwargs, global_names):
         if self.global_guide is None:
             return args, dict(kwargs)
-        with handlers.block(), handlers.trace() as tr:
+        with handlers.block(), handlers.trace() as tr, handlers.seed(rng_seed=0):
             out = self.global_guide.model(*args, **kwargs)
         if sites.latent_names(tr) != global_names:
             raise ValueError(
@@ -244,7 +246,7 @@ class AutoSemiDAIS(AutoGuide):
                 seeded(*local_args, **local_kwargs)
         loc, scale = {}, {}
         for s in lay.sites:
-            base = _normal_base(type(self).__name__, tr[s.name]["fn"], s.name)
+            base = sites.normal_base(type(self).__name__, tr[s.name]["fn"], s.name)
             shape = jnp.shape(sites.unpack(lay, jnp.zeros((idx.shape[0], lay.D)))[s.name])
             loc[s.name] = jnp.broadcast_to(base.loc, shape)
             scale[s.name] = jnp.broadcast_to(base.scale, shape)
@@ -305,6 +307,9 @@ class AutoSemiDAIS(AutoGuide):
         """Draws of the global latents (global guide) and of the local latents of the
         plate's batch (the chains' end points). For a given subset of the plate, run it
         under ``handlers.substitute(data={plate_name: indices})``."""
+        if self.prototype_trace is None:
+            with handlers.seed(rng_seed=rng_key), handlers.substitute(data=params):
+                self._setup_prototype(*args, **kwargs)
         names = sites.latent_names(self.prototype_trace)
 
         def one(key):
@@ -328,20 +333,3 @@ class Chains(NamedTuple):
     z: jax.Array
     log_w: jax.Array
     diverged: jax.Array
-
-
-def _normal_base(owner, fn, name):
-    """The Normal behind a local guide's site (through expand, to_event and the transform to
-    the support), or a ``ValueError``."""
-    base = fn
-    while isinstance(
-        base, dist.ExpandedDistribution | dist.Independent | dist.TransformedDistribution
-    ):
-        base = base.base_dist
-    if type(base) is not dist.Normal:
-        raise ValueError(
-            f"{owner}: `local_guide` gives the local site {name!r} a {type(fn).__name__}; "
-            "the chains start from a Gaussian, so it must be Normal in unconstrained space "
-            "(dist.Normal, or AutoNormal)."
-        )
-    return base
