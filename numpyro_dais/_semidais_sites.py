@@ -220,28 +220,33 @@ def member_target(log_density, operands):
         )
 
     @jax.custom_vjp
-    def values(U, floats):
-        return log_density(U, rebuild(floats))
+    def member(u, floats):
+        U = jax.lax.all_gather(u, MEMBERS)
+        return log_density(U, rebuild(floats))[jax.lax.axis_index(MEMBERS)]
 
-    def forward(U, floats):
+    def forward(u, floats):
+        U = jax.lax.all_gather(u, MEMBERS)
+
         def total(U):
             ell = log_density(U, rebuild(floats))
             return jnp.sum(ell), ell
 
         (_, ell), rows = jax.value_and_grad(total, has_aux=True)(U)
-        return ell, (rows, U, floats)
+        n = jax.lax.axis_index(MEMBERS)
+        return ell[n], (rows[n], U, floats, n)
 
     def backward(res, cotangent):
-        rows, U, floats = res
-        _, vjp = jax.vjp(lambda f: log_density(U, rebuild(f)), floats)
-        return cotangent[:, None] * rows, vjp(cotangent)[0]
+        row, U, floats, n = res
+        # the operands' cotangent: only where ℓ's value itself is differentiated (the
+        # transitions use its gradient alone, and XLA drops this otherwise)
+        _, vjp = jax.vjp(lambda f: log_density(U, rebuild(f))[n], floats)
+        return cotangent * row, vjp(cotangent)[0]
 
-    values.defvjp(forward, backward)
+    member.defvjp(forward, backward)
     floats = [x for x, d in zip(leaves, dynamic, strict=True) if d]
 
     def target(u):
-        U = jax.lax.all_gather(u, MEMBERS)
-        return values(U, floats)[jax.lax.axis_index(MEMBERS)]
+        return member(u, floats)
 
     return target
 
