@@ -16,6 +16,8 @@ from numpyro import handlers
 from numpyro.distributions import biject_to
 from numpyro.distributions.util import sum_rightmost
 
+from numpyro_dais.engine import weights
+
 
 class LocalSite(NamedTuple):
     """A local site: ``axis`` is the plate's axis in its unconstrained value (negative),
@@ -243,7 +245,9 @@ def member_target(log_density, operands):
         return cotangent * row, vjp(cotangent)[0]
 
     member.defvjp(forward, backward)
-    floats = [x for x, d in zip(leaves, dynamic, strict=True) if d]
+    # θ and the params reach the bound through every chain: one diverged chain must not
+    # make their gradients NaN
+    floats = weights.zero_nonfinite_grads([x for x, d in zip(leaves, dynamic, strict=True) if d])
 
     def target(u):
         return member(u, floats)

@@ -30,7 +30,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro_dais import _numpyro, _objective
 from numpyro_dais import _semidais_sites as sites
 from numpyro_dais._checks import check_positive_float, check_positive_int, check_step_sizes
-from numpyro_dais.engine import dais, gaussian, transitions
+from numpyro_dais.engine import dais, gaussian, transitions, weights
 from numpyro_dais.engine.annealing import betas_from_increments
 
 __all__ = ["AutoSemiDAIS"]
@@ -261,6 +261,9 @@ class AutoSemiDAIS(AutoGuide):
             pass
         q0 = self._base(idx, local_args, local_kwargs)
         anneal = self._anneal_params(idx)
+        step_sizes = anneal.step_sizes  # before the guard: the brake's gradient survives it
+        # a diverged chain must not turn the shared parameters' gradients into NaN
+        q0, anneal = weights.zero_nonfinite_grads((q0, anneal))
         with plate:
             rng_key = numpyro.prng_key()
             out = self._chains(rng_key, q0, anneal, idx, params, local_args, local_kwargs)
@@ -271,7 +274,7 @@ class AutoSemiDAIS(AutoGuide):
                     values[s.name], log_density=-log_det[s.name], event_dim=s.event_dim
                 )
                 result[s.name] = numpyro.sample(s.name, delta)
-            brake = jax.vmap(_objective.divergence_brake)(anneal.step_sizes, out.diverged)
+            brake = jax.vmap(_objective.divergence_brake)(step_sizes, out.diverged)
             log_w = jnp.reshape(out.log_w + brake, (-1,) + (1,) * (-lay.dim - 1))
             _numpyro.emit_log_weight(f"{self.prefix}_local_dais_factor", -log_w)
         return result
