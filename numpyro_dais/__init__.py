@@ -4,6 +4,7 @@ from numpyro_dais.arviz import to_inference_data
 from numpyro_dais.autodais import AutoDAIS
 from numpyro_dais.autodsmcs import AutoDSMCS
 from numpyro_dais.autogpvi import AutoGPVI
+from numpyro_dais.autosemidais import AutoSemiDAIS
 from numpyro_dais.autosldais import AutoSurrogateLikelihoodDAIS, AutoSurrogateLikelihoodDSMCS
 from numpyro_dais.chains import run_chains
 from numpyro_dais.diagnostics import plot_ess, plot_transitions, transition_params
@@ -15,6 +16,7 @@ __all__ = [
     "AutoDAIS",
     "AutoDSMCS",
     "AutoGPVI",
+    "AutoSemiDAIS",
     "AutoSurrogateLikelihoodDAIS",
     "AutoSurrogateLikelihoodDSMCS",
     "LogEvidence",

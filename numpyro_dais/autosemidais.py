@@ -1,0 +1,338 @@
+"""``AutoSemiDAIS``: a parametric guide for the global latents and, given them, one DAIS
+chain per member of a (mini-batched) local plate over that member's local latents.
+
+For global latents ``θ ~ q(θ)`` and each member ``n`` of the batch ``b`` (``B`` of ``N``),
+a chain from ``q0_n(u_n)`` to ``p(x_n, u_n | θ)`` gives a log weight ``log w_n`` with
+``E[w_n] = p(x_n | θ)``; the bound is
+
+    L = E_q(θ)[ log p(θ) − log q(θ) + (N / B) Σ_{n ∈ b} log w_n ],
+
+unbiased under subsampling of the plate, since each chain depends on its member alone.
+
+References: Jankowiak & Phan (2022), "Surrogate likelihoods for variational annealed
+importance sampling", §7.6 and appendix A.1; Geffner & Domke (2021), "MCMC variational
+inference via uncorrected Hamiltonian annealing"; Geffner & Domke (2022), "Variational
+inference with locally enhanced bounds for hierarchical models".
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from numpyro import handlers
+from numpyro.distributions import constraints
+from numpyro.infer.autoguide import AutoGuide
+from numpyro.infer.initialization import init_to_uniform
+
+from numpyro_dais import _numpyro, _objective
+from numpyro_dais import _semidais_sites as sites
+from numpyro_dais._checks import check_positive_float, check_positive_int, check_step_sizes
+from numpyro_dais.engine import dais, gaussian, transitions, weights
+from numpyro_dais.engine.annealing import betas_from_increments
+
+__all__ = ["AutoSemiDAIS"]
+
+
+class AutoSemiDAIS(AutoGuide):
+    """Semi-DAIS guide: ``global_guide`` for the global latents, a DAIS chain of ``K``
+    transitions (our engine's, vmapped over the plate's members) for each member's local
+    latents. Under ``SVI(model, guide, optim, Trace_ELBO())`` the loss is minus the
+    Semi-DAIS bound (value and gradient), with the plate subsampled or not.
+
+    A drop-in for numpyro's ``AutoSemiDAIS`` (same arguments and meaning) plus ``kernel``.
+
+    :param model: a NumPyro model with global latents outside one local plate and local
+        latents inside it.
+    :param local_model: the part of ``model`` holding the local plate; called as
+        ``local_model(global_model(*args, **kwargs))`` when there is a global guide, else as
+        ``local_model(*args, **kwargs)``.
+    :param global_guide: a guide of the global latents (e.g. ``AutoNormal(global_model)``);
+        ``global_guide.model`` is the global model. ``None`` only for a model without
+        global latents.
+    :param local_guide: an amortised base ``q0`` of the local latents (e.g. an encoder):
+        a guide taking ``local_model``'s arguments whose local sites are Normal in
+        unconstrained space (``dist.Normal``, or ``AutoNormal``'s transformed Normal).
+        ``None``: a learnt diagonal Gaussian per member (``{prefix}_z_0_loc``,
+        ``{prefix}_z_0_scale``, shape ``(N, D)``).
+    :param int K: transitions per chain.
+    :param float eta_init: initial step size; ``eta_max`` its cap.
+    :param float gamma_init: initial momentum damping ``γ`` in (0, 1).
+    :param float init_scale: initial scale of ``q0`` (without ``local_guide``).
+    :param str subsample_plate: name of the local plate; needed when no plate subsamples
+        and the model has several plates.
+    :param bool use_global_dais_params: one set of annealing parameters for all members
+        (``True``) or one per member of the full plate (``False``, the default).
+    :param str kernel: ``"hmc"`` (uncorrected HMC, partial momentum refresh) or
+        ``"langevin"``.
+    :param str prefix: prefix of the parameter names (``{prefix}_step_size``, ...).
+    :param bool forward_mode_differentiation: as numpyro's autoguides, for the set-up.
+    """
+
+    def __init__(
+        self,
+        model,
+        local_model,
+        global_guide=None,
+        local_guide=None,
+        K=4,
+        eta_init=0.01,
+        eta_max=0.1,
+        gamma_init=0.9,
+        init_scale=0.1,
+        subsample_plate=None,
+        use_global_dais_params=False,
+        *,
+        kernel="hmc",
+        prefix="auto",
+        forward_mode_differentiation=False,
+    ):
+        self.K = check_positive_int("K", K)
+        check_step_sizes(eta_init, eta_max)
+        if eta_init is None or eta_max is None:
+            raise ValueError("`eta_init` and `eta_max` must be numbers for AutoSemiDAIS.")
+        if not 0 < gamma_init < 1:
+            raise ValueError(f"`gamma_init` must lie in (0, 1), got {gamma_init!r}.")
+        self.init_scale = check_positive_float("init_scale", init_scale)
+        if not callable(local_model):
+            raise TypeError("`local_model` must be the callable part of `model` with the plate.")
+        if global_guide is not None and not hasattr(global_guide, "model"):
+            raise TypeError(
+                "`global_guide` must be an autoguide of the global model (with a `.model`), "
+                "e.g. AutoNormal(global_model)."
+            )
+        self._kernel = transitions.as_kernel(kernel)
+        self.kernel = kernel
+        self.local_model, self.global_guide, self.local_guide = (
+            local_model,
+            global_guide,
+            local_guide,
+        )
+        self.eta_init, self.eta_max, self.gamma_init = eta_init, eta_max, gamma_init
+        self.subsample_plate = subsample_plate
+        self.use_global_dais_params = bool(use_global_dais_params)
+        super().__init__(
+            model,
+            prefix=prefix,
+            init_loc_fn=init_to_uniform,
+            forward_mode_differentiation=forward_mode_differentiation,
+        )
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def _setup_prototype(self, *args, **kwargs):
+        name = type(self).__name__
+        with handlers.block(), handlers.trace() as tr, handlers.seed(rng_seed=0):
+            self.model(*args, **kwargs)  # before numpyro's set-up, which asks for funsor
+        sites.check_continuous(name, tr)
+        super()._setup_prototype(*args, **kwargs)
+        trace = self.prototype_trace
+        plate = sites.local_plate(name, trace, self.subsample_plate)
+        self._layout = sites.layout(name, trace, self._init_locs, plate)
+        local = {s.name for s in self._layout.sites}
+        global_names = sites.latent_names(trace) - local
+        if self.global_guide is None and global_names:
+            raise ValueError(
+                f"{name}: the model has global latent sites {sorted(global_names)} outside "
+                f"the plate {plate!r}: pass `global_guide`, e.g. AutoNormal(global_model), "
+                "with local_model taking global_model's return value."
+            )
+        local_args, local_kwargs = self._local_args_at_setup(args, kwargs, global_names)
+        with handlers.block(), handlers.trace() as tr, handlers.seed(rng_seed=0):
+            self.local_model(*local_args, **local_kwargs)
+        if sites.latent_names(tr) != local:
+            raise ValueError(
+                f"{name}: `local_model` has latent sites {sorted(sites.latent_names(tr))}, "
+                f"but the model's local sites (in plate {plate!r}) are {sorted(local)}: "
+                "local_model must be the part of the model with the plate, no more, no less."
+            )
+        self._local_params = {
+            k: (s["value"], s["kwargs"]) for k, s in tr.items() if s["type"] == "param"
+        }
+        if self.local_guide is not None:
+            with handlers.block(), handlers.trace() as tr, handlers.seed(rng_seed=0):
+                self.local_guide(*local_args, **local_kwargs)
+            missing = local - sites.latent_names(tr)
+            if missing:
+                raise ValueError(
+                    f"{name}: `local_guide` does not sample the local sites {sorted(missing)}."
+                )
+            for s in self._layout.sites:
+                sites.normal_base(name, tr[s.name]["fn"], s.name)
+
+    def _local_args_at_setup(self, args, kwargs, global_names):
+        if self.global_guide is None:
+            return args, dict(kwargs)
+        with handlers.block(), handlers.trace() as tr, handlers.seed(rng_seed=0):
+            out = self.global_guide.model(*args, **kwargs)
+        if sites.latent_names(tr) != global_names:
+            raise ValueError(
+                f"{type(self).__name__}: the global guide's model has latent sites "
+                f"{sorted(sites.latent_names(tr))}, but the model's global sites are "
+                f"{sorted(global_names)}."
+            )
+        return (out,), {}
+
+    # -- the guide ------------------------------------------------------------------------
+
+    def __call__(self, *args, **kwargs):
+        if self.prototype_trace is None:
+            self._setup_prototype(*args, **kwargs)
+        global_latents, local_args, local_kwargs = self._globals(args, kwargs)
+        return {**global_latents, **self._locals(local_args, local_kwargs)}
+
+    def _globals(self, args, kwargs):
+        """Draws of the global guide, and the local model's arguments given them."""
+        if self.global_guide is None:
+            return {}, args, dict(kwargs)
+        latents = self.global_guide(*args, **kwargs)
+        with handlers.block(), handlers.substitute(data=latents):
+            out = self.global_guide.model(*args, **kwargs)
+        return latents, (out,), {}
+
+    def _anneal_params(self, idx) -> dais.AnnealParams:
+        """Per-member :class:`~numpyro_dais.engine.dais.AnnealParams` (leading axis ``B``)."""
+        p, K, D, lay = self.prefix, self.K, self._layout.D, self._layout
+        lead = () if self.use_global_dais_params else (lay.size,)
+        inc = numpyro.param(
+            f"{p}_beta_increments", jnp.ones(lead + (K,)), constraint=constraints.positive
+        )
+        step = numpyro.param(
+            f"{p}_step_size",
+            jnp.full(lead + (K,), self.eta_init),
+            constraint=constraints.interval(0.0, self.eta_max),
+        )
+        if self._kernel.momentum:
+            mass = numpyro.param(
+                f"{p}_mass_matrix", jnp.ones(lead + (D,)), constraint=constraints.positive
+            )
+            # keep the geometric mean at 1, so that training cannot undo the eta_max cap
+            mass = mass / jnp.exp(jnp.mean(jnp.log(mass), axis=-1, keepdims=True))
+            gamma = numpyro.param(
+                f"{p}_gamma",
+                jnp.full(lead, self.gamma_init),
+                constraint=constraints.interval(0.0, 1.0),
+            )
+        else:
+            mass, gamma = jnp.ones(lead + (D,)), jnp.zeros(lead)
+        params = (inc, step, mass, gamma)
+        B = idx.shape[0]
+        if self.use_global_dais_params:
+            params = tuple(jnp.broadcast_to(a, (B,) + jnp.shape(a)) for a in params)
+        else:
+            params = tuple(a[idx] for a in params)
+        inc, step, mass, gamma = params
+        return dais.AnnealParams(jax.vmap(betas_from_increments)(inc), step, mass, gamma)
+
+    def _base(self, idx, local_args, local_kwargs) -> gaussian.Gaussian:
+        """``q0`` of each member: ``loc``, ``scale`` of shape ``(B, D)``."""
+        lay, p = self._layout, self.prefix
+        if self.local_guide is None:
+            shape = (lay.size, lay.D)
+            loc = numpyro.param(f"{p}_z_0_loc", jnp.zeros(shape))
+            scale = numpyro.param(
+                f"{p}_z_0_scale",
+                jnp.full(shape, self.init_scale),
+                constraint=constraints.positive,
+            )
+            return gaussian.Gaussian(loc[idx], scale[idx])
+        key = numpyro.prng_key()
+        seeded = handlers.seed(self.local_guide, key if key is not None else 0)
+        # the local guide's params go to the optimiser; its draws are not the guide's
+        with handlers.block(hide_fn=lambda msg: msg["type"] != "param"):
+            with handlers.substitute(data={lay.plate: idx}), handlers.trace() as tr:
+                seeded(*local_args, **local_kwargs)
+        loc, scale = {}, {}
+        for s in lay.sites:
+            base = sites.normal_base(type(self).__name__, tr[s.name]["fn"], s.name)
+            shape = jnp.shape(sites.unpack(lay, jnp.zeros((idx.shape[0], lay.D)))[s.name])
+            loc[s.name] = jnp.broadcast_to(base.loc, shape)
+            scale[s.name] = jnp.broadcast_to(base.scale, shape)
+        return gaussian.Gaussian(sites.pack(lay, loc), sites.pack(lay, scale))
+
+    def _locals(self, local_args, local_kwargs):
+        """Run the chains on the plate's batch; emit the local sites and the log weights."""
+        lay = self._layout
+        params = {k: numpyro.param(k, value, **kw) for k, (value, kw) in self._local_params.items()}
+        plate = numpyro.plate(lay.plate, lay.size, subsample_size=lay.batch, dim=lay.dim)
+        with plate as idx:  # the batch, drawn or substituted; q0 is built outside the plate
+            pass
+        q0 = self._base(idx, local_args, local_kwargs)
+        anneal = self._anneal_params(idx)
+        step_sizes = anneal.step_sizes  # before the guard: the brake's gradient survives it
+        # a diverged chain must not turn the shared parameters' gradients into NaN
+        q0, anneal = weights.zero_nonfinite_grads((q0, anneal))
+        with plate:
+            rng_key = numpyro.prng_key()
+            out = self._chains(rng_key, q0, anneal, idx, params, local_args, local_kwargs)
+            values, log_det = sites.constrain(self.prototype_trace, lay, out.z)
+            result = {}
+            for s in lay.sites:
+                delta = dist.Delta(
+                    values[s.name], log_density=-log_det[s.name], event_dim=s.event_dim
+                )
+                result[s.name] = numpyro.sample(s.name, delta)
+            brake = jax.vmap(_objective.divergence_brake)(step_sizes, out.diverged)
+            log_w = jnp.reshape(out.log_w + brake, (-1,) + (1,) * (-lay.dim - 1))
+            _numpyro.emit_log_weight(f"{self.prefix}_local_dais_factor", -log_w)
+        return result
+
+    def _chains(self, rng_key, q0, anneal, idx, params, local_args, local_kwargs):
+        """One DAIS chain per member (:func:`numpyro_dais.engine.dais.run`, one particle,
+        vmapped over the batch). Member ``n``'s target is ``ℓ_n``
+        (:func:`~numpyro_dais._semidais_sites.member_target`: the batch evaluated once per
+        leapfrog step for all members); the weight omits ``ℓ_n(u_K)``, which the model's own
+        term supplies."""
+        lay, B, trace, model = self._layout, idx.shape[0], self.prototype_trace, self.local_model
+
+        def log_density(U, operands):
+            args, kwargs, params = operands
+            return sites.member_log_density(model, args, kwargs, trace, lay, idx, params, U)
+
+        log_dynamics = sites.member_target(log_density, (local_args, local_kwargs, params))
+        target = dais.Target(log_dynamics, dais.omit_final)
+
+        def chain(key, loc, scale, anneal_n):
+            q0_n = gaussian.Gaussian(loc, scale)
+            out = dais.run(key, q0_n, target, anneal_n, 1, kernel=self._kernel)
+            return out.z[0], out.log_weights[0], out.num_diverged
+
+        keys = jax.random.split(rng_key, B)
+        members = jax.vmap(chain, axis_name=sites.MEMBERS)
+        z, log_w, diverged = members(keys, q0.loc, q0.scale, anneal)
+        return Chains(z, log_w, diverged.astype(z.dtype))
+
+    # -- posterior --------------------------------------------------------------------------
+
+    def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs):
+        """Draws of the global latents (global guide) and of the local latents of the
+        plate's batch (the chains' end points). For a given subset of the plate, run it
+        under ``handlers.substitute(data={plate_name: indices})``."""
+        if self.prototype_trace is None:
+            with handlers.seed(rng_seed=rng_key), handlers.substitute(data=params):
+                self._setup_prototype(*args, **kwargs)
+        names = sites.latent_names(self.prototype_trace)
+
+        def one(key):
+            with handlers.trace() as tr, handlers.seed(rng_seed=key):
+                with handlers.substitute(data=params):
+                    self(*args, **kwargs)
+            return {k: s["value"] for k, s in tr.items() if s["type"] == "sample" and k in names}
+
+        shape = tuple(sample_shape)
+        if not shape:
+            return one(rng_key)
+        keys = jax.random.split(rng_key, int(np.prod(shape)))
+        draws = jax.vmap(one)(keys)
+        return jax.tree.map(lambda x: jnp.reshape(x, shape + jnp.shape(x)[1:]), draws)
+
+
+class Chains(NamedTuple):
+    """The end of the members' chains: ``z (B, D)``, ``log_w (B,)`` (without ``ℓ_n(z_K)``),
+    ``diverged (B,)`` (1.0 where the chain diverged)."""
+
+    z: jax.Array
+    log_w: jax.Array
+    diverged: jax.Array
