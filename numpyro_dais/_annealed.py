@@ -34,7 +34,6 @@ from numpyro_dais.engine import dais, gaussian, preconditioning, samplers, trans
 from numpyro_dais.engine.annealing import betas_from_increments
 
 BASE_DISTS = ("diagonal", "cholesky")
-NONCENTRE = ("auto", True, False)
 
 
 class AnnealedGuide(PosteriorQueries, ContinuousGuide):
@@ -103,7 +102,8 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         if not isinstance(laplace_init, bool | np.bool_):
             raise TypeError(f"`laplace_init` must be True or False, got {laplace_init!r}.")
         self.laplace_init = bool(laplace_init)
-        if noncentre not in NONCENTRE or (noncentre and target.supports_subsampling):
+        valid = noncentre == "auto" or isinstance(noncentre, bool | np.bool_)
+        if not valid or (noncentre and target.supports_subsampling):
             raise ValueError(
                 "`noncentre` must be 'auto' (non-centre a hierarchy whose centred posterior "
                 "has no mode), True (always) or False (never), got "

@@ -6,6 +6,10 @@ import numpyro
 import numpyro.distributions as dist
 from jax.scipy.stats import multivariate_normal
 
+# Eight schools (Rubin 1981): observed effects and their standard errors.
+SCHOOLS_Y = jnp.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+SCHOOLS_SIGMA = jnp.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+
 # Linear-Gaussian model z ~ N(0, I_2), y ~ N(A z, σ² I_m): correlated posterior, known log Z.
 A = jnp.array([[1.0, 0.9], [0.9, 1.0], [1.0, 1.0], [0.5, 0.8]])
 SIGMA = 0.5

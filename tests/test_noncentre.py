@@ -17,9 +17,9 @@ from numpyro.infer.reparam import LocScaleReparam
 from numpyro.infer.util import potential_energy
 
 from numpyro_dais import AutoDAIS, AutoDSMCS, AutoSurrogateLikelihoodDAIS
+from tests import models
 
-Y = jnp.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
-SIGMA = jnp.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+Y, SIGMA = models.SCHOOLS_Y, models.SCHOOLS_SIGMA
 
 
 def centred(sigma, y=None):
@@ -147,8 +147,9 @@ def test_auto_keeps_a_hierarchy_with_a_mode_centred(noncentre, expected):
 
 
 def test_noncentre_option_is_checked():
-    with pytest.raises(ValueError, match="`noncentre` must be 'auto'"):
-        AutoDAIS(centred, noncentre="yes")
+    for bad in ("yes", 1):
+        with pytest.raises(ValueError, match="`noncentre` must be 'auto'"):
+            AutoDAIS(centred, noncentre=bad)
     AutoDSMCS(centred, noncentre=True)  # the SMC preset has it too
     with pytest.raises(TypeError, match="noncentre"):
         AutoSurrogateLikelihoodDAIS(centred, None, noncentre=True)

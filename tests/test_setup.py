@@ -93,8 +93,7 @@ def test_a_hessian_that_is_not_finite_is_loud():
 
 @pytest.fixture(scope="module")
 def eight_schools():
-    y = jnp.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
-    sigma = jnp.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+    y, sigma = models.SCHOOLS_Y, models.SCHOOLS_SIGMA
 
     def non_centred(y, sigma):
         mu = numpyro.sample("mu", dist.Normal(0.0, 5.0))
