@@ -79,6 +79,23 @@ def report_diverged(guide_name, num_diverged, num_particles, step_info="") -> ja
     )
 
 
+def _warn_chains_fell_back(guide_name, step_info, num_diverged, num_chains):
+    n, total = int(num_diverged), int(num_chains)
+    msg = (
+        f"{guide_name}: {n} of {total} chains diverged (non-finite weight, or an energy error "
+        "far beyond a stable integrator's); each fell back to its start z_0 for this step "
+        "(its term is the K = 0 bound) and its step sizes were pushed down. "
+    )
+    warnings.warn(msg + step_info, RuntimeWarning, stacklevel=2)
+
+
+def report_chains_fell_back(guide_name, num_diverged, num_chains, step_info="") -> jax.Array:
+    """As :func:`report_diverged`, for one-particle chains that fall back to their start
+    when they diverge (``AutoSemiDAIS``)."""
+    warn = functools.partial(_warn_chains_fell_back, guide_name, step_info)
+    return warn_from_jit(warn, (num_diverged,), num_chains)
+
+
 def _warn_gpvi(
     guide_name,
     is_helper,

@@ -30,6 +30,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro_dais import _numpyro, _objective
 from numpyro_dais import _semidais_sites as sites
 from numpyro_dais._checks import check_positive_float, check_positive_int, check_step_sizes
+from numpyro_dais._reporting import report_chains_fell_back
 from numpyro_dais.engine import dais, gaussian, transitions, weights
 from numpyro_dais.engine.annealing import betas_from_increments
 
@@ -69,6 +70,10 @@ class AutoSemiDAIS(AutoGuide):
         ``"langevin"``.
     :param str prefix: prefix of the parameter names (``{prefix}_step_size``, ...).
     :param bool forward_mode_differentiation: as numpyro's autoguides, for the set-up.
+    :param bool report_divergences: warn (``RuntimeWarning``) from inside the jitted step
+        when chains diverged. A diverged chain always falls back to its start for that step
+        (its term is the ``K = 0`` bound, ``log p(x_n, z_0 | θ) − log q0(z_0)``) and its
+        step sizes are pushed down (:func:`numpyro_dais._objective.divergence_brake`).
     """
 
     def __init__(
@@ -88,7 +93,9 @@ class AutoSemiDAIS(AutoGuide):
         kernel="hmc",
         prefix="auto",
         forward_mode_differentiation=False,
+        report_divergences=True,
     ):
+        self.report_divergences = bool(report_divergences)
         self.K = check_positive_int("K", K)
         check_step_sizes(eta_init, eta_max)
         if eta_init is None or eta_max is None:
@@ -267,17 +274,32 @@ class AutoSemiDAIS(AutoGuide):
         with plate:
             rng_key = numpyro.prng_key()
             out = self._chains(rng_key, q0, anneal, idx, params, local_args, local_kwargs)
-            values, log_det = sites.constrain(self.prototype_trace, lay, out.z)
+            # a diverged chain's end is garbage: its member keeps its start, z_0, for this
+            # step, and its term is the K = 0 bound (finite loss, finite gradients)
+            bad = out.diverged[:, None] > 0
+            z = jnp.where(bad, out.z0, out.z)
+            log_w = jnp.where(bad[:, 0], -out.log_q0_z0, out.log_w)
+            values, log_det = sites.constrain(self.prototype_trace, lay, z)
             result = {}
             for s in lay.sites:
                 delta = dist.Delta(
                     values[s.name], log_density=-log_det[s.name], event_dim=s.event_dim
                 )
                 result[s.name] = numpyro.sample(s.name, delta)
-            brake = jax.vmap(_objective.divergence_brake)(step_sizes, out.diverged)
-            log_w = jnp.reshape(out.log_w + brake, (-1,) + (1,) * (-lay.dim - 1))
+            log_w = log_w + jax.vmap(_objective.divergence_brake)(step_sizes, out.diverged)
+            if self.report_divergences:  # adds 0.0: the loss keeps the check in the program
+                log_w = log_w + self._report(out.diverged)
+            log_w = jnp.reshape(log_w, (-1,) + (1,) * (-lay.dim - 1))
             _numpyro.emit_log_weight(f"{self.prefix}_local_dais_factor", -log_w)
         return result
+
+    def _report(self, diverged):
+        info = (
+            f"If this persists, lower `eta_init` and `eta_max` (now {self.eta_init:.3g} and "
+            f"{self.eta_max:.3g}) below the local posterior's scale."
+        )
+        name = type(self).__name__
+        return report_chains_fell_back(name, jnp.sum(diverged), diverged.shape[0], info)
 
     def _chains(self, rng_key, q0, anneal, idx, params, local_args, local_kwargs):
         """One DAIS chain per member (:func:`numpyro_dais.engine.dais.run`, one particle,
@@ -297,12 +319,13 @@ class AutoSemiDAIS(AutoGuide):
         def chain(key, loc, scale, anneal_n):
             q0_n = gaussian.Gaussian(loc, scale)
             out = dais.run(key, q0_n, target, anneal_n, 1, kernel=self._kernel)
-            return out.z[0], out.log_weights[0], out.num_diverged
+            log_q0_z0 = gaussian.log_prob(q0_n, out.z0[0])
+            return out.z0[0], log_q0_z0, out.z[0], out.log_weights[0], out.num_diverged
 
         keys = jax.random.split(rng_key, B)
         members = jax.vmap(chain, axis_name=sites.MEMBERS)
-        z, log_w, diverged = members(keys, q0.loc, q0.scale, anneal)
-        return Chains(z, log_w, diverged.astype(z.dtype))
+        z0, log_q0_z0, z, log_w, diverged = members(keys, q0.loc, q0.scale, anneal)
+        return Chains(z0, log_q0_z0, z, log_w, diverged.astype(z.dtype))
 
     # -- posterior --------------------------------------------------------------------------
 
@@ -330,9 +353,12 @@ class AutoSemiDAIS(AutoGuide):
 
 
 class Chains(NamedTuple):
-    """The end of the members' chains: ``z (B, D)``, ``log_w (B,)`` (without ``ℓ_n(z_K)``),
-    ``diverged (B,)`` (1.0 where the chain diverged)."""
+    """The members' chains: start ``z0 (B, D)`` and ``log_q0_z0 (B,)``, end ``z (B, D)``,
+    ``log_w (B,)`` (without ``ℓ_n(z_K)``; ``-inf`` where diverged), ``diverged (B,)`` (1.0
+    where the chain diverged)."""
 
+    z0: jax.Array
+    log_q0_z0: jax.Array
     z: jax.Array
     log_w: jax.Array
     diverged: jax.Array

@@ -5,6 +5,8 @@ integrates out exactly: ``p(x_n | θ) = N(x_n; θ, 2)``, ``p(z_n | x_n, θ) = N(
 and ``x ~ N(0, 2 I + 1 1ᵀ)``.
 """
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -332,3 +334,46 @@ def test_member_target_gradients_are_those_of_the_batch():
 
     exact = jax.grad(lambda a: jnp.sum(batch(U, (a,)) ** 2))(1.3)
     np.testing.assert_allclose(jax.grad(squares)(1.3), exact, rtol=1e-5)
+
+
+def stiff_semidais(**options):
+    """Local posteriors of scale 0.007 under step sizes of 1: every chain diverges."""
+
+    def stiff_local_model(theta):
+        with numpyro.plate("N", N, subsample_size=4):
+            x = numpyro.subsample(X, event_dim=0)
+            z = numpyro.sample("z", dist.Normal(theta, 0.01))
+            numpyro.sample("x", dist.Normal(z, 0.01), obs=x)
+
+    def model():
+        return stiff_local_model(global_model())
+
+    guide = AutoSemiDAIS(
+        model,
+        stiff_local_model,
+        AutoNormal(global_model),
+        K=4,
+        eta_init=1.0,
+        eta_max=2.0,
+        subsample_plate="N",
+        **options,
+    )
+    return model, guide
+
+
+def test_diverged_chains_fall_back_warn_and_shrink_their_steps():
+    # without the fall-back the loss was inf on every step and the step sizes never moved
+    model, guide = stiff_semidais()
+    with pytest.warns(RuntimeWarning, match=r"chains diverged.*lower `eta_init` and `eta_max`"):
+        result = train(model, guide, 100)
+    assert np.isfinite(result.losses).all()
+    assert all(np.isfinite(v).all() for v in result.params.values())
+    assert (result.params["auto_step_size"] < 0.9).all()
+
+
+def test_divergence_reports_can_be_turned_off():
+    model, guide = stiff_semidais(report_divergences=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = train(model, guide, 3)
+    assert np.isfinite(result.losses).all()
