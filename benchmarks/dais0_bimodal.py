@@ -89,10 +89,11 @@ SYMKL_NOTE = """\
 `symKL*` is the theorem's limit (K → ∞, transitions that mix): the mean-field Gaussian with the
 least `KL(q‖p) + KL(p‖q)`. From d = 3 on it is not at the midpoint: the reverse KL of a broad
 `q` over two narrow modes grows faster with d than the forward KL of a `q` nearer one mode,
-so the optimum drifts towards a mode (class `u`). The default DAIS₀ regime follows this
-limit through its explicit symmetrised-KL term (and its forward half sees only the modes the
-N end points reached); `DAIS0w0` is q0 on the bound alone. The paper's coverage up to d = 7
-is thus beyond the theorem's limit."""
+so the optimum drifts towards a mode (class `u`). The default DAIS₀ regime adds an explicit
+symmetrised-KL term whose forward half sees only the modes the N end points reached;
+`DAIS0w0` is q0 on the bound alone. Coverage beyond d = 2 is thus beyond the theorem's
+limit: where the tables below show it, the finite-K dynamics, not the limit, keep q0 at the
+midpoint."""
 
 # AutoDAIS reports "0 of N trajectories diverged" when vmapped (see the results file).
 warnings.filterwarnings("ignore", message=r"AutoDAIS: 0 of ")
