@@ -15,7 +15,7 @@ that ``y_n | w, b, σ ~ StudentT(ν, x_n·w + b, σ)``. Guides, mini-batches of 
 
 * **mean field**: ``AutoNormal`` over ``w, b, σ`` and every ``τ_n``;
 * **Semi-DAIS K**: ``AutoNormal`` over ``w, b, σ`` (global guide) and one chain per
-  member over ``τ_n`` (``AutoSemiDAIS``, default base, ``eta_max=0.3``);
+  member over ``τ_n`` (``AutoSemiDAIS``, defaults);
 * **oracle**: ``AutoNormal`` over ``w, b, σ`` of the Student-t model (the local variates
   integrated out exactly): the bound that Semi-DAIS approaches as its chains become exact.
 
@@ -102,7 +102,7 @@ def model_and_guide(method, X, y, batch):
         return oracle, AutoNormal(oracle)
     K = int(method.split("=")[1])
     glob = AutoNormal(partial(global_model, d))
-    return model, AutoSemiDAIS(model, local, glob, K=K, eta_init=0.01, eta_max=0.3)
+    return model, AutoSemiDAIS(model, local, glob, K=K)
 
 
 def train(method, X, y, steps, seed):

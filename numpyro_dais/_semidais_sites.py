@@ -16,7 +16,7 @@ from numpyro import handlers
 from numpyro.distributions import biject_to
 from numpyro.distributions.util import sum_rightmost
 
-from numpyro_dais.engine import weights
+from numpyro_dais.engine import curvature, weights
 
 
 class LocalSite(NamedTuple):
@@ -276,3 +276,18 @@ def normal_base(owner, fn, name):
             "(dist.Normal, or AutoNormal)."
         )
     return base
+
+
+def max_curvature(log_density, u) -> float:
+    """Largest eigenvalue of ``−∇²log_density(u)`` (:func:`.engine.curvature.max_eigenvalue`,
+    one compiled program; reverse-over-reverse where the density holds a ``custom_vjp``)."""
+
+    def lam(u, forward):
+        return curvature.max_eigenvalue(jax.random.key(0), log_density, u, forward=forward)
+
+    try:
+        return float(jax.jit(lam, static_argnums=1)(u, True))
+    except TypeError as err:
+        if not curvature.is_custom_vjp_error(err):
+            raise
+        return float(jax.jit(lam, static_argnums=1)(u, False))

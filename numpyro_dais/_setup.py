@@ -179,14 +179,20 @@ def _laplace_affine(name, mode, affine, funnel):
 
 
 def _step_bounds(guide, lam, floor):
-    """``((eta_init, eta_max), λ)``: ``eta_max`` half the integrator's stability limit for
-    the curvature ``max(λ, floor)`` (``floor``: ``q0``'s own), unless given."""
-    eta_init, eta_max = guide.eta_init, guide.eta_max
+    """``((eta_init, eta_max), λ)`` of :func:`step_bounds` for ``guide``'s options."""
+    momentum = guide._sampler.kernel.momentum
+    return step_bounds(guide.eta_init, guide.eta_max, lam, floor, momentum)
+
+
+def step_bounds(eta_init, eta_max, lam, floor, momentum):
+    """``((eta_init, eta_max), λ)``: unless given, ``eta_max`` is half the integrator's
+    stability limit for the curvature ``max(λ, floor)`` (``1 / sqrt(λ)`` with momentum,
+    ``1 / λ`` for Langevin; ``floor``: ``q0``'s own) and ``eta_init = eta_max / 10``. ``λ``
+    returned is the curvature used (``None`` when ``eta_max`` was given)."""
     used = None
     if eta_max is None:
         lam = float(lam) if lam is not None and np.isfinite(lam) else 0.0
         used = max(lam, floor)
-        momentum = guide._sampler.kernel.momentum
         eta_max = 1.0 / math.sqrt(used) if momentum else 1.0 / used
         if eta_init is not None and eta_init >= eta_max:
             eta_max = 10.0 * eta_init

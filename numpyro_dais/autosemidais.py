@@ -15,6 +15,7 @@ inference via uncorrected Hamiltonian annealing"; Geffner & Domke (2022), "Varia
 inference with locally enhanced bounds for hierarchical models".
 """
 
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -31,6 +32,7 @@ from numpyro_dais import _numpyro, _objective
 from numpyro_dais import _semidais_sites as sites
 from numpyro_dais._checks import check_positive_float, check_positive_int, check_step_sizes
 from numpyro_dais._reporting import report_chains_fell_back
+from numpyro_dais._setup import step_bounds
 from numpyro_dais.engine import dais, gaussian, transitions, weights
 from numpyro_dais.engine.annealing import betas_from_increments
 
@@ -59,7 +61,11 @@ class AutoSemiDAIS(AutoGuide):
         ``None``: a learnt diagonal Gaussian per member (``{prefix}_z_0_loc``,
         ``{prefix}_z_0_scale``, shape ``(N, D)``).
     :param int K: transitions per chain.
-    :param float eta_init: initial step size; ``eta_max`` its cap.
+    :param float eta_init: initial step size; ``eta_max`` its cap. ``None`` (the default):
+        ``eta_max = 1 / sqrt(λ)``, half the leapfrog's stability limit for the largest
+        curvature ``λ`` of the members' local log densities at the initial point (the
+        set-up batch, the global latents at their initial values); ``eta_init`` the smaller
+        of ``eta_max / 10`` and ``init_scale``. numpyro's defaults are 0.01 and 0.1.
     :param float gamma_init: initial momentum damping ``γ`` in (0, 1).
     :param float init_scale: initial scale of ``q0`` (without ``local_guide``).
     :param str subsample_plate: name of the local plate; needed when no plate subsamples
@@ -83,8 +89,8 @@ class AutoSemiDAIS(AutoGuide):
         global_guide=None,
         local_guide=None,
         K=4,
-        eta_init=0.01,
-        eta_max=0.1,
+        eta_init=None,
+        eta_max=None,
         gamma_init=0.9,
         init_scale=0.1,
         subsample_plate=None,
@@ -98,8 +104,6 @@ class AutoSemiDAIS(AutoGuide):
         self.report_divergences = bool(report_divergences)
         self.K = check_positive_int("K", K)
         check_step_sizes(eta_init, eta_max)
-        if eta_init is None or eta_max is None:
-            raise ValueError("`eta_init` and `eta_max` must be numbers for AutoSemiDAIS.")
         if not 0 < gamma_init < 1:
             raise ValueError(f"`gamma_init` must lie in (0, 1), got {gamma_init!r}.")
         self.init_scale = check_positive_float("init_scale", init_scale)
@@ -168,12 +172,45 @@ class AutoSemiDAIS(AutoGuide):
                 )
             for s in self._layout.sites:
                 sites.normal_base(name, tr[s.name]["fn"], s.name)
+        self._step_bounds = self._initial_step_bounds(local_args, local_kwargs)
+
+    def _initial_step_bounds(self, local_args, local_kwargs):
+        """``(eta_init, eta_max)``: as given, else from the curvature (see the class)."""
+        if self.eta_init is not None and self.eta_max is not None:
+            return float(self.eta_init), float(self.eta_max)
+        lay, trace = self._layout, self.prototype_trace
+        u0 = sites.pack(lay, {s.name: self._init_locs[s.name] for s in lay.sites})
+        params = {k: value for k, (value, _) in self._local_params.items()}
+        args = (self.local_model, local_args, local_kwargs, trace, lay, trace[lay.plate]["value"])
+
+        def total(u):  # separable: its Hessian is block diagonal, one block per member
+            return jnp.sum(sites.member_log_density(*args, params, jnp.reshape(u, u0.shape)))
+
+        lam = sites.max_curvature(total, jnp.ravel(u0))
+        if not np.isfinite(lam) or lam <= 0:
+            warnings.warn(
+                f"{type(self).__name__}: the curvature of the local log densities at the "
+                f"initial point is {lam:.3g}, no guide to a step size; using numpyro's "
+                "eta_init=0.01, eta_max=0.1. Pass `eta_max` (below the local posterior's "
+                "scale) to choose.",
+                UserWarning,
+                stacklevel=5,
+            )
+            return self.eta_init or 0.01, self.eta_max or 0.1
+        (eta_init, eta_max), _ = step_bounds(
+            self.eta_init, self.eta_max, lam, 0.0, self._kernel.momentum
+        )
+        if self.eta_init is None and self.local_guide is None:
+            eta_init = min(eta_init, self.init_scale)  # stable on q0 itself at beta = 0
+        return eta_init, eta_max
 
     def _local_args_at_setup(self, args, kwargs, global_names):
         if self.global_guide is None:
             return args, dict(kwargs)
+        # the global latents at their initial values (the curvature is measured there)
+        init = {k: self.prototype_trace[k]["value"] for k in global_names}
         with handlers.block(), handlers.trace() as tr, handlers.seed(rng_seed=0):
-            out = self.global_guide.model(*args, **kwargs)
+            out = handlers.substitute(self.global_guide.model, data=init)(*args, **kwargs)
         if sites.latent_names(tr) != global_names:
             raise ValueError(
                 f"{type(self).__name__}: the global guide's model has latent sites "
@@ -208,8 +245,8 @@ class AutoSemiDAIS(AutoGuide):
         )
         step = numpyro.param(
             f"{p}_step_size",
-            jnp.full(lead + (K,), self.eta_init),
-            constraint=constraints.interval(0.0, self.eta_max),
+            jnp.full(lead + (K,), self._step_bounds[0]),
+            constraint=constraints.interval(0.0, self._step_bounds[1]),
         )
         if self._kernel.momentum:
             mass = numpyro.param(
@@ -295,8 +332,8 @@ class AutoSemiDAIS(AutoGuide):
 
     def _report(self, diverged):
         info = (
-            f"If this persists, lower `eta_init` and `eta_max` (now {self.eta_init:.3g} and "
-            f"{self.eta_max:.3g}) below the local posterior's scale."
+            f"If this persists, lower `eta_init` and `eta_max` (now {self._step_bounds[0]:.3g} "
+            f"and {self._step_bounds[1]:.3g}) below the local posterior's scale."
         )
         name = type(self).__name__
         return report_chains_fell_back(name, jnp.sum(diverged), diverged.shape[0], info)

@@ -212,6 +212,7 @@ SLOW = (
     "tests/test_autosemidais.py::test_sample_posterior_on_a_given_subset_and_predictive",
     "tests/test_autosemidais.py::test_langevin_kernel_trains",
     "tests/test_autosemidais.py::test_diverged_chains_fall_back_warn_and_shrink_their_steps",
+    "tests/test_autosemidais.py::test_default_step_sizes_come_from_the_local_curvature",
     "tests/test_autosldais.py::test_reduces_to_dais",
     "tests/test_autosldais.py::test_sldsmcs_with_a_full_data_target_is_dsmcs",
     "tests/test_autosldais.py::test_sldsmcs_that_never_resamples_is_sldais",

@@ -79,7 +79,7 @@ def test_bound_is_log_evidence_when_every_stage_is_exact():
     # q(θ) the exact posterior and q0_n = p(z_n | x_n, θ): each member's weight is
     # p(x_n | θ) up to the leapfrog's energy error (O(η²), η = 0.01), so every draw of the
     # bound equals log p(x) to float32 round-off of a sum of ~10 terms of size ~10.
-    model, guide = semidais(N, exact_base=True)
+    model, guide = semidais(N, exact_base=True, eta_init=0.01, eta_max=0.1)
     exact = {"theta_auto_loc": THETA_LOC, "theta_auto_scale": THETA_SCALE}
     elbos = bounds(model, guide, initial_params(model, guide, **exact), 64)
     np.testing.assert_allclose(elbos, LOG_Z, atol=2e-3)
@@ -248,7 +248,7 @@ def test_inadmissible_models_raise_clear_errors():
 
 @pytest.mark.parametrize(
     "option, value, match",
-    [("K", 0, "K"), ("eta_init", 0.5, "eta_init"), ("gamma_init", 1.0, "gamma_init")],
+    [("K", 0, "K"), ("eta_init", -0.5, "eta_init"), ("gamma_init", 1.0, "gamma_init")],
 )
 def test_bad_options_name_the_argument(option, value, match):
     with pytest.raises(ValueError, match=match):
@@ -377,3 +377,19 @@ def test_divergence_reports_can_be_turned_off():
         warnings.simplefilter("error")
         result = train(model, guide, 3)
     assert np.isfinite(result.losses).all()
+
+
+def test_default_step_sizes_come_from_the_local_curvature():
+    # ℓ_n(z) = log N(z; θ, 1) + log N(x_n; z, 1) has curvature 2 everywhere: eta_max is
+    # 1 / sqrt(2) and eta_init min(eta_max / 10, init_scale); given values are kept
+    model, guide = semidais(4)
+    params = initial_params(model, guide)
+    eta_max = 2.0**-0.5
+    np.testing.assert_allclose(guide._step_bounds, (eta_max / 10, eta_max), rtol=1e-4)
+    np.testing.assert_allclose(params["auto_step_size"], eta_max / 10, rtol=1e-4)
+    model, guide = semidais(4, init_scale=0.05)
+    initial_params(model, guide)
+    np.testing.assert_allclose(guide._step_bounds, (0.05, eta_max), rtol=1e-4)
+    model, guide = semidais(4, eta_init=0.01, eta_max=0.1)
+    initial_params(model, guide)
+    assert guide._step_bounds == (0.01, 0.1)
