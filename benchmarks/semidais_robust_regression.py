@@ -155,7 +155,7 @@ def render(cfg, elbo):
         "and the paper's Table 5 on the real sets:",
         "",
         "| data | n | Semi-DAIS K=8 | Semi-DAIS K=16 | oracle | paper K=8 / K=16 / oracle "
-        "| ordering K16 ≥ K8 > 0 |",
+        "| K16 ≥ K8 > 0: replications where it holds |",
         "|---|---:|---:|---:|---:|---:|---|",
     ]
     for data_name, (n, _, _) in DATA.items():
@@ -167,8 +167,8 @@ def render(cfg, elbo):
             f"{g.mean():+.1f} ± {g.std(ddof=1) / np.sqrt(reps) if reps > 1 else 0:.1f}"
             for g in gains.values()
         ]
-        k8, k16 = gains["Semi-DAIS K=8"].mean(), gains["Semi-DAIS K=16"].mean()
-        holds = "holds" if k16 >= k8 > 0 else "does not hold"
+        k8, k16 = gains["Semi-DAIS K=8"], gains["Semi-DAIS K=16"]
+        holds = f"{int(np.sum((k16 >= k8) & (k8 > 0)))} of {reps}"
         paper = " / ".join(f"{v:g}" for v in PAPER[data_name])
         size = max(B, int(cfg["scale"] * n))
         lines.append(f"| {data_name} | {size:,} | " + " | ".join(cells) + f" | {paper} | {holds} |")

@@ -25,7 +25,6 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.distributions import constraints
-from numpyro.infer.autoguide import AutoGuide
 from numpyro.infer.initialization import init_to_uniform
 
 from numpyro_dais import _numpyro, _objective
@@ -39,7 +38,7 @@ from numpyro_dais.engine.annealing import betas_from_increments
 __all__ = ["AutoSemiDAIS"]
 
 
-class AutoSemiDAIS(AutoGuide):
+class AutoSemiDAIS(_numpyro.AutoGuideBridge):
     """Semi-DAIS guide: ``global_guide`` for the global latents, a DAIS chain of ``K``
     transitions (our engine's, vmapped over the plate's members) for each member's local
     latents. Under ``SVI(model, guide, optim, Trace_ELBO())`` the loss is minus the
@@ -133,15 +132,15 @@ class AutoSemiDAIS(AutoGuide):
 
     # -- set-up ---------------------------------------------------------------------------
 
-    def _setup_prototype(self, *args, **kwargs):
-        name = type(self).__name__
+    def _check_model(self, args, kwargs):
         with handlers.block(), handlers.trace() as tr, handlers.seed(rng_seed=0):
             self.model(*args, **kwargs)  # before numpyro's set-up, which asks for funsor
-        sites.check_continuous(name, tr)
-        super()._setup_prototype(*args, **kwargs)
-        trace = self.prototype_trace
+        sites.check_continuous(type(self).__name__, tr)
+
+    def _after_setup(self, args, kwargs):
+        name, trace = type(self).__name__, self.prototype_trace
         plate = sites.local_plate(name, trace, self.subsample_plate)
-        self._layout = sites.layout(name, trace, self._init_locs, plate)
+        self._layout = sites.layout(name, trace, self.init_locs, plate)
         local = {s.name for s in self._layout.sites}
         global_names = sites.latent_names(trace) - local
         if self.global_guide is None and global_names:
@@ -179,7 +178,7 @@ class AutoSemiDAIS(AutoGuide):
         if self.eta_init is not None and self.eta_max is not None:
             return float(self.eta_init), float(self.eta_max)
         lay, trace = self._layout, self.prototype_trace
-        u0 = sites.pack(lay, {s.name: self._init_locs[s.name] for s in lay.sites})
+        u0 = sites.pack(lay, {s.name: self.init_locs[s.name] for s in lay.sites})
         params = {k: value for k, (value, _) in self._local_params.items()}
         args = (self.local_model, local_args, local_kwargs, trace, lay, trace[lay.plate]["value"])
 
@@ -222,8 +221,7 @@ class AutoSemiDAIS(AutoGuide):
     # -- the guide ------------------------------------------------------------------------
 
     def __call__(self, *args, **kwargs):
-        if self.prototype_trace is None:
-            self._setup_prototype(*args, **kwargs)
+        self._set_up_once(args, kwargs)
         global_latents, local_args, local_kwargs = self._globals(args, kwargs)
         return {**global_latents, **self._locals(local_args, local_kwargs)}
 
@@ -370,9 +368,8 @@ class AutoSemiDAIS(AutoGuide):
         """Draws of the global latents (global guide) and of the local latents of the
         plate's batch (the chains' end points). For a given subset of the plate, run it
         under ``handlers.substitute(data={plate_name: indices})``."""
-        if self.prototype_trace is None:
-            with handlers.seed(rng_seed=rng_key), handlers.substitute(data=params):
-                self._setup_prototype(*args, **kwargs)
+        with handlers.seed(rng_seed=rng_key), handlers.substitute(data=params):
+            self._set_up_once(args, kwargs)
         names = sites.latent_names(self.prototype_trace)
 
         def one(key):
