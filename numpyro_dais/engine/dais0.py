@@ -1,7 +1,7 @@
 """The DAIS₀ objective of ``q0``: the symmetrised KL made explicit.
 
 With many perfect transitions and a linear schedule, the gap of the DAIS bound is
-``Δ = (1 / 2K) [KL(q0 ‖ p) + KL(p ‖ q0)] + O(1/K³)`` (Zenn & Bamler 2023, Theorem 4.1), so
+``Δ = (1 / 2K) [KL(q0 ‖ p) + KL(p ‖ q0)] + O(1/K³)`` (Zenn & Bamler 2024, Theorem 4.1), so
 ``q0`` trained on the bound fits the symmetrised KL. With few, learned transitions the
 dynamics can instead *transport* a misplaced ``q0`` to the posterior, and the bound becomes
 nearly flat in ``q0``'s location. :func:`symmetrized_kl` estimates the theorem's limit
