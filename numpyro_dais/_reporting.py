@@ -54,46 +54,40 @@ def warn_from_jit(warn_fn, counts, total, values=()) -> jax.Array:
     return report(args)
 
 
-def _warn_diverged(guide_name, step_info, num_diverged, num_particles):
-    n, total = int(num_diverged), int(num_particles)
-    msg = (
-        f"{guide_name}: {n} of {total} particle trajectories diverged (non-finite weight, or "
-        "an energy error far beyond a stable integrator's) and were dropped from the bound; "
-        "their gradients were zeroed."
-    )
-    if n >= total:
-        msg += " All particles diverged: the loss is not finite. " + (step_info or "")
-        msg += (
-            " If training ran well before this, the learning rate may have thrown the "
-            "parameters off: lower it, or run SVI with `stable_update=True`."
+#: what "diverged" means, in every divergence warning
+DIVERGED = "non-finite weight, or an energy error far beyond a stable integrator's"
+
+
+def _warn_diverged(guide_name, step_info, fell_back, num_diverged, total):
+    n, total = int(num_diverged), int(total)
+    if fell_back:
+        msg = (
+            f"{guide_name}: {n} of {total} chains diverged ({DIVERGED}); each fell back to "
+            "its start z_0 for this step (its term is the K = 0 bound) and its step sizes "
+            f"were pushed down. {step_info}"
         )
+    else:
+        msg = (
+            f"{guide_name}: {n} of {total} particle trajectories diverged ({DIVERGED}) and "
+            "were dropped from the bound; their gradients were zeroed."
+        )
+        if n >= total:
+            msg += " All particles diverged: the loss is not finite. " + (step_info or "")
+            msg += (
+                " If training ran well before this, the learning rate may have thrown the "
+                "parameters off: lower it, or run SVI with `stable_update=True`."
+            )
     warnings.warn(msg, RuntimeWarning, stacklevel=2)
 
 
-def report_diverged(guide_name, num_diverged, num_particles, step_info="") -> jax.Array:
+def report_diverged(guide_name, num_diverged, total, step_info="", fell_back=False):
     """Warn from inside jitted code when trajectories diverged; ``step_info`` says what the
-    step sizes are and how to fix them (the guide knows, the engine does not). Returns the
-    ``0.0`` of :func:`warn_from_jit`, to be added to the loss."""
-    return warn_from_jit(
-        functools.partial(_warn_diverged, guide_name, step_info), (num_diverged,), num_particles
-    )
-
-
-def _warn_chains_fell_back(guide_name, step_info, num_diverged, num_chains):
-    n, total = int(num_diverged), int(num_chains)
-    msg = (
-        f"{guide_name}: {n} of {total} chains diverged (non-finite weight, or an energy error "
-        "far beyond a stable integrator's); each fell back to its start z_0 for this step "
-        "(its term is the K = 0 bound) and its step sizes were pushed down. "
-    )
-    warnings.warn(msg + step_info, RuntimeWarning, stacklevel=2)
-
-
-def report_chains_fell_back(guide_name, num_diverged, num_chains, step_info="") -> jax.Array:
-    """As :func:`report_diverged`, for one-particle chains that fall back to their start
-    when they diverge (``AutoSemiDAIS``)."""
-    warn = functools.partial(_warn_chains_fell_back, guide_name, step_info)
-    return warn_from_jit(warn, (num_diverged,), num_chains)
+    step sizes are and how to fix them (the guide knows, the engine does not).
+    ``fell_back``: one-particle chains that restart from ``z_0`` when they diverge
+    (``AutoSemiDAIS``), not particles dropped from the bound. Returns the ``0.0`` of
+    :func:`warn_from_jit`, to be added to the loss."""
+    warn = functools.partial(_warn_diverged, guide_name, step_info, fell_back)
+    return warn_from_jit(warn, (num_diverged,), total)
 
 
 def _warn_gpvi(

@@ -30,7 +30,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro_dais import _numpyro, _objective
 from numpyro_dais import _semidais_sites as sites
 from numpyro_dais._checks import check_positive_float, check_positive_int, check_step_sizes
-from numpyro_dais._reporting import report_chains_fell_back
+from numpyro_dais._reporting import report_diverged
 from numpyro_dais._setup import step_bounds
 from numpyro_dais.engine import dais, gaussian, transitions, weights
 from numpyro_dais.engine.annealing import betas_from_increments
@@ -334,7 +334,7 @@ class AutoSemiDAIS(_numpyro.AutoGuideBridge):
             f"and {self._step_bounds[1]:.3g}) below the local posterior's scale."
         )
         name = type(self).__name__
-        return report_chains_fell_back(name, jnp.sum(diverged), diverged.shape[0], info)
+        return report_diverged(name, jnp.sum(diverged), diverged.shape[0], info, fell_back=True)
 
     def _chains(self, rng_key, q0, anneal, idx, params, local_args, local_kwargs):
         """One DAIS chain per member (:func:`numpyro_dais.engine.dais.run`, one particle,
