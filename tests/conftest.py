@@ -213,6 +213,7 @@ SLOW = (
     "tests/test_autosemidais.py::test_langevin_kernel_trains",
     "tests/test_autosemidais.py::test_diverged_chains_fall_back_warn_and_shrink_their_steps",
     "tests/test_autosemidais.py::test_default_step_sizes_come_from_the_local_curvature",
+    "tests/test_autosemidais.py::test_divergence_reports_can_be_turned_off",
     "tests/test_autosldais.py::test_reduces_to_dais",
     "tests/test_autosldais.py::test_sldsmcs_with_a_full_data_target_is_dsmcs",
     "tests/test_autosldais.py::test_sldsmcs_that_never_resamples_is_sldais",
