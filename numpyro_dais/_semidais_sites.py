@@ -278,16 +278,23 @@ def normal_base(owner, fn, name):
     return base
 
 
-def max_curvature(log_density, u) -> float:
-    """Largest eigenvalue of ``−∇²log_density(u)`` (:func:`.engine.curvature.max_eigenvalue`,
-    one compiled program; reverse-over-reverse where the density holds a ``custom_vjp``)."""
+def max_local_curvature(local_model, local_args, local_kwargs, trace, lay, init_locs, params):
+    """Largest eigenvalue of ``−∇²ℓ_n`` over the members of the set-up batch, at their
+    initial values ``init_locs`` (:func:`.engine.curvature.max_eigenvalue` on the batch's
+    sum, whose Hessian is block diagonal by separability; one compiled program)."""
+    u0 = pack(lay, {s.name: init_locs[s.name] for s in lay.sites})
+    idx = trace[lay.plate]["value"]
 
     def lam(u, forward):
-        return curvature.max_eigenvalue(jax.random.key(0), log_density, u, forward=forward)
+        def total(u):
+            U = jnp.reshape(u, u0.shape)
+            ell = member_log_density(
+                local_model, local_args, local_kwargs, trace, lay, idx, params, U
+            )
+            return jnp.sum(ell)
 
-    try:
-        return float(jax.jit(lam, static_argnums=1)(u, True))
-    except TypeError as err:
-        if not curvature.is_custom_vjp_error(err):
-            raise
-        return float(jax.jit(lam, static_argnums=1)(u, False))
+        return curvature.max_eigenvalue(jax.random.key(0), total, u, forward=forward)
+
+    return curvature.forward_or_reverse(
+        lambda forward: float(jax.jit(lam, static_argnums=1)(jnp.ravel(u0), forward))
+    )

@@ -82,12 +82,9 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
             return mode.start_curvature, mode
         return curvature.max_eigenvalue(key, dynamics, init, forward=forward), None
 
-    try:
-        measured = guide._on_dynamics(measure, args, kwargs, model_params, key, init, True)
-    except TypeError as err:  # a custom_vjp (an ODE solver): reverse-over-reverse instead
-        if not curvature.is_custom_vjp_error(err):
-            raise
-        measured = guide._on_dynamics(measure, args, kwargs, model_params, key, init, False)
+    measured = curvature.forward_or_reverse(
+        lambda forward: guide._on_dynamics(measure, args, kwargs, model_params, key, init, forward)
+    )
     lam, mode = jax.tree.map(_concrete, measured)
     affine = None
     if mode is not None and mode.z is not None:  # None: set up under jit, nothing to read

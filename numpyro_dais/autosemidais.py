@@ -175,29 +175,29 @@ class AutoSemiDAIS(_numpyro.AutoGuideBridge):
 
     def _initial_step_bounds(self, local_args, local_kwargs):
         """``(eta_init, eta_max)``: as given, else from the curvature (see the class)."""
-        if self.eta_init is not None and self.eta_max is not None:
-            return float(self.eta_init), float(self.eta_max)
-        lay, trace = self._layout, self.prototype_trace
-        u0 = sites.pack(lay, {s.name: self.init_locs[s.name] for s in lay.sites})
-        params = {k: value for k, (value, _) in self._local_params.items()}
-        args = (self.local_model, local_args, local_kwargs, trace, lay, trace[lay.plate]["value"])
-
-        def total(u):  # separable: its Hessian is block diagonal, one block per member
-            return jnp.sum(sites.member_log_density(*args, params, jnp.reshape(u, u0.shape)))
-
-        lam = sites.max_curvature(total, jnp.ravel(u0))
-        if not np.isfinite(lam) or lam <= 0:
-            warnings.warn(
-                f"{type(self).__name__}: the curvature of the local log densities at the "
-                f"initial point is {lam:.3g}, no guide to a step size; using numpyro's "
-                "eta_init=0.01, eta_max=0.1. Pass `eta_max` (below the local posterior's "
-                "scale) to choose.",
-                UserWarning,
-                stacklevel=5,
+        eta_max, lam = self.eta_max, None
+        if eta_max is None:
+            params = {k: value for k, (value, _) in self._local_params.items()}
+            lam = sites.max_local_curvature(
+                self.local_model,
+                local_args,
+                local_kwargs,
+                self.prototype_trace,
+                self._layout,
+                self.init_locs,
+                params,
             )
-            return self.eta_init or 0.01, self.eta_max or 0.1
+            if not np.isfinite(lam) or lam <= 0:
+                warnings.warn(
+                    f"{type(self).__name__}: the curvature of the local log densities at the "
+                    f"initial point is {lam:.3g}, no guide to a step size; using numpyro's "
+                    "eta_max=0.1. Pass `eta_max` (below the local posterior's scale) to choose.",
+                    UserWarning,
+                    stacklevel=5,
+                )
+                eta_max = 0.1
         (eta_init, eta_max), _ = step_bounds(
-            self.eta_init, self.eta_max, lam, 0.0, self._kernel.momentum
+            self.eta_init, eta_max, lam, 0.0, self._kernel.momentum
         )
         if self.eta_init is None and self.local_guide is None:
             eta_init = min(eta_init, self.init_scale)  # stable on q0 itself at beta = 0

@@ -393,3 +393,22 @@ def test_default_step_sizes_come_from_the_local_curvature():
     model, guide = semidais(4, eta_init=0.01, eta_max=0.1)
     initial_params(model, guide)
     assert guide._step_bounds == (0.01, 0.1)
+
+
+def test_a_flat_local_density_gives_a_loud_default_step_size():
+    # ℓ_n(z) = log N(z; 0, 1) + z² / 2 + log N(x_n; θ, 1) is flat in z: no curvature to
+    # derive a step size from, so numpyro's eta_max = 0.1 with a warning naming `eta_max`
+    def flat_local(theta):
+        with numpyro.plate("N", N, subsample_size=4):
+            x = numpyro.subsample(X, event_dim=0)
+            z = numpyro.sample("z", dist.Normal(0.0, 1.0))
+            numpyro.factor("flat", 0.5 * z**2)
+            numpyro.sample("x", dist.Normal(theta, 1.0), obs=x)
+
+    def model():
+        return flat_local(global_model())
+
+    guide = AutoSemiDAIS(model, flat_local, AutoNormal(global_model), subsample_plate="N")
+    with pytest.warns(UserWarning, match="curvature.*Pass `eta_max`"):
+        initial_params(model, guide)
+    assert guide._step_bounds == (0.01, 0.1)

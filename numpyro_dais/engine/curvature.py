@@ -46,6 +46,18 @@ def is_custom_vjp_error(err: Exception) -> bool:
     return isinstance(err, TypeError) and "custom_vjp" in str(err)
 
 
+def forward_or_reverse(fn: Callable):
+    """``fn(True)`` (forward-over-reverse Hessian-vector products), or ``fn(False)``
+    (reverse-over-reverse) where the log density calls a ``custom_vjp`` function (ODE and
+    implicit solvers), which refuses forward mode."""
+    try:
+        return fn(True)
+    except TypeError as err:
+        if not is_custom_vjp_error(err):
+            raise
+        return fn(False)
+
+
 def hvp(log_density: Callable, z: jax.Array, v: jax.Array, forward: bool = True) -> jax.Array:
     """``∇²ℓ(z) v`` for ``z, v`` of shape ``(D,)`` (:func:`hvp_fn`)."""
     return hvp_fn(log_density, z, forward)(v)
