@@ -20,6 +20,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro_dais import _numpyro, _objective, _sampling, _setup
 from numpyro_dais._autoguide import ContinuousGuide
 from numpyro_dais._checks import (
+    check_bool,
     check_choice,
     check_mesh,
     check_positive_float,
@@ -27,6 +28,7 @@ from numpyro_dais._checks import (
     check_step_sizes,
 )
 from numpyro_dais._modelview import hierarchical_normal_sites
+from numpyro_dais._options import Annealing, Resampling, option_names, signature
 from numpyro_dais._queries import POSTERIOR_METHODS, PosteriorQueries
 from numpyro_dais._sampling import Fitted
 from numpyro_dais._vectorise import jit_by_leaves
@@ -39,79 +41,51 @@ BASE_DISTS = ("diagonal", "cholesky")
 class AnnealedGuide(PosteriorQueries, ContinuousGuide):
     """Annealing from a Gaussian ``q0`` to a target with ``K`` learnt transitions.
 
-    Subclass it with a preset ``__init__`` that picks ``target`` (a
-    :mod:`numpyro_dais.targets` object) and ``resampling`` (``None``: DAIS; a
-    :class:`~numpyro_dais.engine.smc.ResamplingConfig`: SMC); the options are documented on
+    Subclass it with a preset: ``defaults``, the option groups it takes with its defaults,
+    and an ``__init__`` that parses the user's options and picks ``target`` (a
+    :mod:`numpyro_dais.targets` object) and DAIS or SMC; the options are documented on
     :class:`~numpyro_dais.AutoDAIS`.
     """
 
-    _options = ContinuousGuide._options + (
-        "K",
-        "num_particles",
-        "kernel",
-        "base_dist",
-        "eta_init",
-        "eta_max",
-        "gamma_init",
-        "init_scale",
-        "laplace_init",
-        "noncentre",
-        "posterior_method",
-        "sym_kl_weight",
-        "report_divergences",
-        "self_check",
-        "mesh",
-    )
+    #: the option groups of a preset, with its defaults (:mod:`numpyro_dais._options`)
+    defaults = (Annealing(noncentre=False),)
+    _options = option_names(defaults)
 
-    def __init__(
-        self,
-        model,
-        target,
-        resampling=None,
-        train_resampling=None,
-        *,
-        K,
-        num_particles,
-        kernel,
-        base_dist,
-        eta_init,
-        eta_max,
-        gamma_init,
-        prefix,
-        init_loc_fn,
-        init_scale,
-        laplace_init,
-        posterior_method,
-        sym_kl_weight,
-        report_divergences,
-        self_check,
-        mesh,
-        forward_mode_differentiation,
-        noncentre=False,
-    ):
-        self.K = check_positive_int("K", K)
-        self.num_particles = check_positive_int("num_particles", num_particles)
-        self.mesh = check_mesh(type(self).__name__, mesh, self.num_particles, None)
-        check_choice("kernel", kernel, transitions.KERNELS)
-        check_choice("base_dist", base_dist, BASE_DISTS)
-        check_choice("posterior_method", posterior_method, POSTERIOR_METHODS)
-        check_step_sizes(eta_init, eta_max)
-        if not 0 < gamma_init < 1:
-            raise ValueError(f"`gamma_init` must lie in (0, 1), got {gamma_init!r}.")
-        self.init_scale = check_positive_float("init_scale", init_scale)
-        if not isinstance(laplace_init, bool | np.bool_):
-            raise TypeError(f"`laplace_init` must be True or False, got {laplace_init!r}.")
-        self.laplace_init = bool(laplace_init)
-        valid = noncentre == "auto" or isinstance(noncentre, bool | np.bool_)
-        if not valid or (noncentre and target.supports_subsampling):
+    def __init_subclass__(cls, **kwargs):
+        """A preset's option names are read-only after construction, and its ``help()``
+        shows every option with the preset's default."""
+        super().__init_subclass__(**kwargs)
+        cls._options = option_names(cls.defaults)
+        if "__init__" in cls.__dict__:
+            cls.__init__.__signature__ = signature(cls.__init__, cls.defaults)
+
+    def __init__(self, model, target, annealing: Annealing, resampling: Resampling | None = None):
+        """``target``: a :mod:`numpyro_dais.targets` object; ``annealing``, ``resampling``:
+        the option groups that :func:`~numpyro_dais._options.parse` gave a preset
+        (``resampling=None``: DAIS, else SMC)."""
+        a = annealing
+        self.K = check_positive_int("K", a.K)
+        self.num_particles = check_positive_int("num_particles", a.num_particles)
+        self.mesh = check_mesh(type(self).__name__, a.mesh, self.num_particles, None)
+        check_choice("kernel", a.kernel, transitions.KERNELS)
+        check_choice("base_dist", a.base_dist, BASE_DISTS)
+        check_choice("posterior_method", a.posterior_method, POSTERIOR_METHODS)
+        check_step_sizes(a.eta_init, a.eta_max)
+        if not 0 < a.gamma_init < 1:
+            raise ValueError(f"`gamma_init` must lie in (0, 1), got {a.gamma_init!r}.")
+        self.init_scale = check_positive_float("init_scale", a.init_scale)
+        self.laplace_init = check_bool("laplace_init", a.laplace_init)
+        self.self_check = check_bool("self_check", a.self_check)
+        valid = a.noncentre == "auto" or isinstance(a.noncentre, bool | np.bool_)
+        if not valid or (a.noncentre and target.supports_subsampling):
             raise ValueError(
                 "`noncentre` must be 'auto' (non-centre a hierarchy whose centred posterior "
                 "has no mode), True (always) or False (never), got "
-                f"{noncentre!r}; the mini-batch guides take False only."
+                f"{a.noncentre!r}; the mini-batch guides take False only."
             )
-        self.noncentre = noncentre
+        sym_kl_weight = a.sym_kl_weight
         if sym_kl_weight is None:
-            sym_kl_weight = 1.0 if posterior_method == "q0" else 0.0
+            sym_kl_weight = 1.0 if a.posterior_method == "q0" else 0.0
         if isinstance(sym_kl_weight, bool) or not (
             np.isfinite(sym_kl_weight) and sym_kl_weight >= 0
         ):
@@ -119,31 +93,28 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
                 "`sym_kl_weight` must be a finite number >= 0 (0: q0 trained on the bound "
                 f"alone), got {sym_kl_weight!r}."
             )
-        spec = transitions.as_kernel(kernel)  # the name resolved once, here
-        self._sampler = samplers.Sampler(spec, resampling)
-        samplers.check(self._sampler)
-        self._train_sampler = samplers.Sampler(spec, train_resampling or resampling)
-        samplers.check(self._train_sampler)
-        self.kernel = kernel
-        self.base_dist = base_dist
-        self.eta_init = eta_init
-        self.eta_max = eta_max
-        self.gamma_init = gamma_init
-        self.posterior_method = posterior_method
         self.sym_kl_weight = float(sym_kl_weight)
-        self.report_divergences = report_divergences
-        if not isinstance(self_check, bool | np.bool_):
-            raise TypeError(f"`self_check` must be True or False, got {self_check!r}.")
-        self.self_check = bool(self_check)
+        for name in ("kernel", "base_dist", "eta_init", "eta_max", "gamma_init", "noncentre"):
+            setattr(self, name, getattr(a, name))
+        self.posterior_method = a.posterior_method
+        self.report_divergences = a.report_divergences
+        for name, value in resampling._asdict().items() if resampling else ():
+            setattr(self, name, value)
+        config, train_config = resampling.configs() if resampling else (None, None)
+        spec = transitions.as_kernel(a.kernel)  # the name resolved once, here
+        self._sampler = samplers.Sampler(spec, config)
+        samplers.check(self._sampler)
+        self._train_sampler = samplers.Sampler(spec, train_config)
+        samplers.check(self._train_sampler)
         self.curvature = None  # λ behind the default step sizes, measured at set-up
         self._step_bounds = None  # (eta_init, eta_max) in use, fixed at set-up
         self._affine_start = None  # the Laplace whitening z = m + L u found at set-up
         self._target = target
         super().__init__(
             model,
-            prefix=prefix,
-            init_loc_fn=init_loc_fn,
-            forward_mode_differentiation=forward_mode_differentiation,
+            prefix=a.prefix,
+            init_loc_fn=a.init_loc_fn,
+            forward_mode_differentiation=a.forward_mode_differentiation,
         )
 
     @property

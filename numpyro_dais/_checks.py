@@ -31,6 +31,13 @@ def check_positive_float(name, value) -> float:
     return float(value)
 
 
+def check_bool(name, value) -> bool:
+    """``value`` as a ``bool`` (Python or NumPy), else a ``TypeError`` naming ``name``."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"`{name}` must be True or False, got {value!r}.")
+    return bool(value)
+
+
 def check_step_sizes(eta_init, eta_max):
     """``eta_init`` and ``eta_max``: each ``None`` (set from the curvature) or a finite
     positive number, with ``eta_init < eta_max`` when both are given."""

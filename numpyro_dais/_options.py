@@ -1,39 +1,113 @@
-"""Options the annealed presets share: how a preset hands its keyword options on, and the
-resampling options of the SMC presets (``AutoDSMCS``, ``AutoSurrogateLikelihoodDSMCS``)."""
+"""The annealed guides' options, declared once.
+
+Each group of options is a frozen ``NamedTuple`` whose field defaults are the one table of
+defaults (AutoDAIS's): :class:`Annealing` (every annealed guide), :class:`Resampling` (the SMC
+presets) and :class:`SurrogateLikelihood` (the mini-batch presets). A preset declares its
+``defaults`` as instances of the groups it takes, restating only the values it changes, and
+:func:`parse` turns a user's keyword arguments into those groups; :func:`signature` spells
+them out for ``help()`` and editors.
+"""
+
+import difflib
+import inspect
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from numpyro.infer.initialization import init_to_uniform
 
 from numpyro_dais.engine.resampling import RULES
 from numpyro_dais.engine.smc import ResamplingConfig
 from numpyro_dais.engine.validation import check_choice
 
 
-def preset_options(local_vars):
-    """A preset's ``locals()`` without ``self``, ``model`` and ``__class__``: the options it
-    hands on to :class:`AnnealedGuide` unchanged."""
-    return {k: v for k, v in local_vars.items() if k not in ("self", "model", "__class__")}
+class Annealing(NamedTuple):
+    """Options of every annealed guide, documented on :class:`~numpyro_dais.AutoDAIS`."""
+
+    K: int = 4
+    num_particles: int = 1
+    kernel: str = "hmc"
+    base_dist: str = "diagonal"
+    eta_init: float | None = None
+    eta_max: float | None = None
+    gamma_init: float = 0.9
+    prefix: str = "auto"
+    init_loc_fn: Callable = init_to_uniform
+    init_scale: float = 0.1
+    laplace_init: bool = True
+    noncentre: str | bool = "auto"
+    posterior_method: str = "q0"
+    sym_kl_weight: float | None = None
+    report_divergences: bool = True
+    self_check: bool = True
+    mesh: Any = None
+    forward_mode_differentiation: bool = False
 
 
-#: the options of a resampling configuration, as the guides name them
-RESAMPLING_OPTIONS = (
-    "resampling",
-    "resample_when",
-    "ess_threshold",
-    "resampling_gradient",
-    "gst_temperature",
-    "gst_gap",
-    "train_resample_when",
-)
+class Resampling(NamedTuple):
+    """Options of the SMC presets, documented on :class:`~numpyro_dais.AutoDSMCS`."""
+
+    resampling: str = "multinomial"
+    resample_when: str = "bernoulli"
+    ess_threshold: float = 0.5
+    resampling_gradient: str = "stop"
+    gst_temperature: float = 0.1
+    gst_gap: float = 1.0
+    train_resample_when: str | None = "never"
+
+    def configs(self) -> tuple[ResamplingConfig, ResamplingConfig]:
+        """``(config, train_config)``: ``config`` runs posterior draws, ``log_evidence`` and
+        ``diagnostics``; ``train_config`` the SVI loss, the same but for its rule
+        ``train_resample_when`` (``None``: ``resample_when``)."""
+        config = ResamplingConfig(*self[:-1])
+        if self.train_resample_when is None:
+            return config, config
+        check_choice("train_resample_when", self.train_resample_when, RULES)
+        return config, config._replace(when=self.train_resample_when)
 
 
-def resampling_configs(guide, options) -> tuple[ResamplingConfig, ResamplingConfig]:
-    """``(config, train_config)`` from a preset's keyword options (popped from ``options``
-    and set on ``guide``): ``config`` runs posterior draws, ``log_evidence`` and
-    ``diagnostics``; ``train_config`` the SVI loss, the same but for its rule
-    ``train_resample_when`` (``None``: ``resample_when``)."""
-    for name in RESAMPLING_OPTIONS:
-        setattr(guide, name, options.pop(name))
-    config = ResamplingConfig(*(getattr(guide, name) for name in RESAMPLING_OPTIONS[:-1]))
-    train = guide.train_resample_when
-    if train is None:
-        return config, config
-    check_choice("train_resample_when", train, RULES)
-    return config, config._replace(when=train)
+class SurrogateLikelihood(NamedTuple):
+    """Options of the mini-batch presets, documented on
+    :class:`~numpyro_dais.AutoSurrogateLikelihoodDAIS`."""
+
+    surrogate_model: Callable | None = None
+    num_surrogate: int | None = None
+    dynamics: str = "surrogate"
+
+
+def parse(cls, options: dict) -> tuple:
+    """The option groups of preset ``cls`` (its ``defaults``) with the keyword ``options`` a
+    user passed put in; an unknown name raises a ``TypeError`` naming it and the closest
+    option."""
+    known = [name for group in cls.defaults for name in group._fields]
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" Did you mean `{close[0]}`?" if close else ""
+            raise TypeError(
+                f"{cls.__name__} got an unexpected keyword argument `{name}`.{hint} Its "
+                f"options are: {', '.join(known)} (see help({cls.__name__}))."
+            )
+    return tuple(
+        group._replace(**{k: v for k, v in options.items() if k in group._fields})
+        for group in cls.defaults
+    )
+
+
+def option_names(defaults) -> tuple[str, ...]:
+    """Every option name of the groups ``defaults``, in order (``prefix`` and
+    ``init_loc_fn``, the base guide's, among them)."""
+    return tuple(name for group in defaults for name in group._fields)
+
+
+def signature(init, defaults) -> inspect.Signature:
+    """``init``'s signature with its ``**options`` spelt out: one keyword-only parameter per
+    option of the groups ``defaults`` that ``init`` does not name, with its default."""
+    sig = inspect.signature(init)
+    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    named = {p.name for p in params}
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    for group in defaults:
+        for name, value in group._asdict().items():
+            if name not in named:
+                params.append(inspect.Parameter(name, keyword, default=value))
+    return sig.replace(parameters=params)

@@ -8,8 +8,8 @@ References:
   symmetrized KL divergence between initial and target distribution" (DAIS₀).
 """
 
-from numpyro_dais._annealed import AnnealedGuide, init_to_uniform
-from numpyro_dais._options import preset_options
+from numpyro_dais._annealed import AnnealedGuide
+from numpyro_dais._options import Annealing, parse
 from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransportReport
 from numpyro_dais.targets import FullData
 
@@ -92,27 +92,8 @@ class AutoDAIS(AnnealedGuide):
         (``q0`` on the bound alone: best bound, end points and evidence).
     """
 
-    def __init__(
-        self,
-        model,
-        *,
-        K=4,
-        num_particles=1,
-        kernel="hmc",
-        base_dist="diagonal",
-        eta_init=None,
-        eta_max=None,
-        gamma_init=0.9,
-        prefix="auto",
-        init_loc_fn=init_to_uniform,
-        init_scale=0.1,
-        laplace_init=True,
-        noncentre="auto",
-        posterior_method="q0",
-        sym_kl_weight=None,
-        report_divergences=True,
-        self_check=True,
-        mesh=None,
-        forward_mode_differentiation=False,
-    ):
-        super().__init__(model, FullData(), None, **preset_options(locals()))
+    defaults = (Annealing(),)
+
+    def __init__(self, model, **options):
+        (annealing,) = parse(type(self), options)
+        super().__init__(model, FullData(), annealing)

@@ -4,8 +4,8 @@ Reference: Zenn & Bamler (2023), "Resampling gradients vanish in differentiable 
 Monte Carlo samplers" (ICLR Tiny Papers).
 """
 
-from numpyro_dais._annealed import AnnealedGuide, init_to_uniform
-from numpyro_dais._options import RESAMPLING_OPTIONS, preset_options, resampling_configs
+from numpyro_dais._annealed import AnnealedGuide
+from numpyro_dais._options import Annealing, Resampling, parse
 from numpyro_dais.diagnostics import plot_ess
 from numpyro_dais.results import SMCDiagnostics
 from numpyro_dais.targets import FullData
@@ -55,41 +55,11 @@ class AutoDSMCS(AnnealedGuide):
         own (training through resampling, as the paper).
     """
 
-    _options = AnnealedGuide._options + RESAMPLING_OPTIONS
+    defaults = (Annealing(K=8, num_particles=16, posterior_method="importance"), Resampling())
 
-    def __init__(
-        self,
-        model,
-        *,
-        K=8,
-        num_particles=16,
-        kernel="hmc",
-        resampling="multinomial",
-        resample_when="bernoulli",
-        ess_threshold=0.5,
-        resampling_gradient="stop",
-        gst_temperature=0.1,
-        gst_gap=1.0,
-        train_resample_when="never",
-        base_dist="diagonal",
-        eta_init=None,
-        eta_max=None,
-        gamma_init=0.9,
-        prefix="auto",
-        init_loc_fn=init_to_uniform,
-        init_scale=0.1,
-        laplace_init=True,
-        noncentre="auto",
-        posterior_method="importance",
-        sym_kl_weight=None,
-        report_divergences=True,
-        self_check=True,
-        mesh=None,
-        forward_mode_differentiation=False,
-    ):
-        options = preset_options(locals())
-        config, train_config = resampling_configs(self, options)
-        super().__init__(model, FullData(), config, train_config, **options)
+    def __init__(self, model, **options):
+        annealing, resampling = parse(type(self), options)
+        super().__init__(model, FullData(), annealing, resampling)
 
     def plot_ess(self, diagnostics: SMCDiagnostics, ax=None):
         """Plot the ESS trace of :meth:`diagnostics` (needs matplotlib); returns the axes."""

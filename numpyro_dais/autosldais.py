@@ -13,24 +13,22 @@ importance sampling" (SL-DAIS; NS-DAIS is their naive-subsampling baseline); Zen
 
 import warnings
 
-from numpyro_dais._annealed import AnnealedGuide, init_to_uniform
+from numpyro_dais._annealed import AnnealedGuide
 from numpyro_dais._checks import check_choice, check_positive_int
-from numpyro_dais._options import RESAMPLING_OPTIONS, preset_options, resampling_configs
+from numpyro_dais._options import Annealing, Resampling, SurrogateLikelihood, parse
 from numpyro_dais.targets import NaiveMiniBatch, Surrogate
 
 __all__ = ["AutoSurrogateLikelihoodDAIS", "AutoSurrogateLikelihoodDSMCS"]
 
 DYNAMICS = ("surrogate", "naive")
-SURROGATE_OPTIONS = ("surrogate_model", "num_surrogate", "dynamics")
 
 
-def surrogate_target(guide, options, smc=False):
-    """The target of a preset's surrogate options (popped from ``options``), which are set
-    on ``guide``; for DAIS, warns about the bias of ``num_particles > 1`` with mini-batches
-    (an SMC system has ``N > 1`` by design: its docstring states the bias instead)."""
-    surrogate_model = options.pop("surrogate_model")
-    num_surrogate = options.pop("num_surrogate")
-    dynamics = options.pop("dynamics")
+def surrogate_target(guide, annealing, surrogate, smc=False):
+    """The target of a preset's :class:`~numpyro_dais._options.SurrogateLikelihood` options,
+    which are set on ``guide``; for DAIS, warns about the bias of ``num_particles > 1`` with
+    mini-batches (an SMC system has ``N > 1`` by design: its docstring states the bias
+    instead)."""
+    surrogate_model, num_surrogate, dynamics = surrogate
     check_choice("dynamics", dynamics, DYNAMICS)
     if num_surrogate is not None:
         num_surrogate = check_positive_int("num_surrogate", num_surrogate)
@@ -44,12 +42,8 @@ def surrogate_target(guide, options, smc=False):
             "`num_surrogate` sizes the automatic (RAND) surrogate; with a "
             "`surrogate_model` drop `num_surrogate`."
         )
-    guide.surrogate_model, guide.num_surrogate, guide.dynamics = (
-        surrogate_model,
-        num_surrogate,
-        dynamics,
-    )
-    num_particles = options["num_particles"]
+    guide.surrogate_model, guide.num_surrogate, guide.dynamics = surrogate
+    num_particles = annealing.num_particles
     if num_particles > 1 and not smc:
         warnings.warn(
             f"{type(guide).__name__} with num_particles={num_particles}: the mini-batch "
@@ -111,35 +105,12 @@ class AutoSurrogateLikelihoodDAIS(AnnealedGuide):
     :param int num_particles: particles ``N`` in the bound; defaults to 1 (see above).
     """
 
-    _options = AnnealedGuide._options + SURROGATE_OPTIONS
+    defaults = (Annealing(noncentre=False), SurrogateLikelihood())
 
-    def __init__(
-        self,
-        model,
-        surrogate_model=None,
-        *,
-        K=4,
-        num_particles=1,
-        num_surrogate=None,
-        dynamics="surrogate",
-        kernel="hmc",
-        base_dist="diagonal",
-        eta_init=None,
-        eta_max=None,
-        gamma_init=0.9,
-        prefix="auto",
-        init_loc_fn=init_to_uniform,
-        init_scale=0.1,
-        laplace_init=True,
-        posterior_method="q0",
-        sym_kl_weight=None,
-        report_divergences=True,
-        self_check=True,
-        mesh=None,
-        forward_mode_differentiation=False,
-    ):
-        options = preset_options(locals())
-        super().__init__(model, surrogate_target(self, options), None, **options)
+    def __init__(self, model, surrogate_model=None, **options):
+        options["surrogate_model"] = surrogate_model
+        annealing, surrogate = parse(type(self), options)
+        super().__init__(model, surrogate_target(self, annealing, surrogate), annealing)
 
 
 class AutoSurrogateLikelihoodDSMCS(AnnealedGuide):
@@ -165,41 +136,14 @@ class AutoSurrogateLikelihoodDSMCS(AnnealedGuide):
     as ``B`` grows.
     """
 
-    _options = AnnealedGuide._options + SURROGATE_OPTIONS + RESAMPLING_OPTIONS
+    defaults = (
+        Annealing(K=8, num_particles=16, noncentre=False, posterior_method="importance"),
+        SurrogateLikelihood(),
+        Resampling(train_resample_when=None),
+    )
 
-    def __init__(
-        self,
-        model,
-        surrogate_model=None,
-        *,
-        K=8,
-        num_particles=16,
-        num_surrogate=None,
-        dynamics="surrogate",
-        kernel="hmc",
-        resampling="multinomial",
-        resample_when="bernoulli",
-        ess_threshold=0.5,
-        resampling_gradient="stop",
-        gst_temperature=0.1,
-        gst_gap=1.0,
-        train_resample_when=None,
-        base_dist="diagonal",
-        eta_init=None,
-        eta_max=None,
-        gamma_init=0.9,
-        prefix="auto",
-        init_loc_fn=init_to_uniform,
-        init_scale=0.1,
-        laplace_init=True,
-        posterior_method="importance",
-        sym_kl_weight=None,
-        report_divergences=True,
-        self_check=True,
-        mesh=None,
-        forward_mode_differentiation=False,
-    ):
-        options = preset_options(locals())
-        config, train_config = resampling_configs(self, options)
-        target = surrogate_target(self, options, smc=True)
-        super().__init__(model, target, config, train_config, **options)
+    def __init__(self, model, surrogate_model=None, **options):
+        options["surrogate_model"] = surrogate_model
+        annealing, surrogate, resampling = parse(type(self), options)
+        target = surrogate_target(self, annealing, surrogate, smc=True)
+        super().__init__(model, target, annealing, resampling)
