@@ -101,11 +101,9 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         for name, value in resampling._asdict().items() if resampling else ():
             setattr(self, name, value)
         config, train_config = resampling.configs() if resampling else (None, None)
-        spec = transitions.as_kernel(a.kernel)  # the name resolved once, here
-        self._sampler = samplers.Sampler(spec, config)
-        samplers.check(self._sampler)
-        self._train_sampler = samplers.Sampler(spec, train_config)
-        samplers.check(self._train_sampler)
+        # names (kernel, resampling scheme and rule) resolved to functions once, here
+        self._sampler = samplers.resolve(samplers.Sampler(a.kernel, config))
+        self._train_sampler = samplers.resolve(samplers.Sampler(a.kernel, train_config))
         self.curvature = None  # λ behind the default step sizes, measured at set-up
         self._step_bounds = None  # (eta_init, eta_max) in use, fixed at set-up
         self._affine_start = None  # the Laplace whitening z = m + L u found at set-up

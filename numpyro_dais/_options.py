@@ -61,7 +61,8 @@ class Resampling(NamedTuple):
         config = ResamplingConfig(*self[:-1])
         if self.train_resample_when is None:
             return config, config
-        check_choice("train_resample_when", self.train_resample_when, RULES)
+        if not callable(self.train_resample_when):
+            check_choice("train_resample_when", self.train_resample_when, RULES)
         return config, config._replace(when=self.train_resample_when)
 
 

@@ -11,6 +11,7 @@ from numpyro_dais import (
     AutoSurrogateLikelihoodDSMCS,
 )
 from numpyro_dais._options import Annealing, Resampling, SurrogateLikelihood
+from numpyro_dais.engine import resampling
 
 PRESETS = [AutoDAIS, AutoDSMCS, AutoSurrogateLikelihoodDAIS, AutoSurrogateLikelihoodDSMCS]
 
@@ -49,9 +50,9 @@ def test_presets_restate_only_what_they_change():
 def test_options_given_by_keyword_reach_the_guide():
     guide = AutoDSMCS(model, K=3, resample_when="ess", ess_threshold=0.25)
     assert (guide.K, guide.num_particles) == (3, 16)
-    assert guide._sampler.resampling.when == "ess"
+    assert guide._sampler.resampling.when is resampling.ess_below  # resolved once
     assert guide._sampler.resampling.ess_threshold == 0.25
-    assert guide._train_sampler.resampling.when == "never"
+    assert guide._train_sampler.resampling.when is resampling.never
     guide = AutoSurrogateLikelihoodDAIS(model, None, num_surrogate=7, dynamics="surrogate")
     assert guide.num_surrogate == 7
 

@@ -88,32 +88,45 @@ def bernoulli_probability(log_weights: jax.Array) -> jax.Array:
     return jnp.clip(1.0 - (weights.ess(log_weights) - 1.0) / (n - 1), 0.0, 1.0)
 
 
-def _always(rng_key, log_weights, threshold):
+def always(rng_key, log_weights, threshold):
+    """Resample before every transition ``k ≥ 2``."""
     return jnp.ones((), bool)
 
 
-def _never(rng_key, log_weights, threshold):
+def never(rng_key, log_weights, threshold):
+    """Never resample: DAIS (the SMC recursion then skips the resampling step)."""
     return jnp.zeros((), bool)
 
 
-def _ess(rng_key, log_weights, threshold):
+def ess_below(rng_key, log_weights, threshold):
+    """Resample when ``ESS < threshold · N``."""
     return weights.ess(log_weights) < threshold * log_weights.shape[-1]
 
 
-def _bernoulli(rng_key, log_weights, threshold):
+def bernoulli(rng_key, log_weights, threshold):
+    """Resample with probability :func:`bernoulli_probability` (Bern-Cat, Zenn & Bamler
+    2023)."""
     p = jax.lax.stop_gradient(bernoulli_probability(log_weights))
     return _open_unit(jax.random.uniform(rng_key, (), p.dtype)) < p
 
 
-RULES = {"always": _always, "ess": _ess, "bernoulli": _bernoulli, "never": _never}
+RULES = {"always": always, "ess": ess_below, "bernoulli": bernoulli, "never": never}
 GRADIENTS = ("stop", "gst")
 
 
-def check_config(config):
-    """Raise ``ValueError`` naming the argument for an unknown or out-of-range option of a
-    :class:`~numpyro_dais.engine.smc.ResamplingConfig` (named as the guides' arguments)."""
-    check_choice("resampling", config.scheme, SCHEMES)
-    check_choice("resample_when", config.when, RULES)
+def _resolve(name, value, table):
+    """``table[value]`` for a name, ``value`` itself for a callable."""
+    if callable(value):
+        return value
+    check_choice(name, value, table)
+    return table[value]
+
+
+def resolve(config):
+    """``config`` (a :class:`~numpyro_dais.engine.smc.ResamplingConfig`) with its ``scheme``
+    and ``when`` resolved from names to the functions of :data:`SCHEMES` and :data:`RULES`
+    (callables pass through); a ``ValueError`` names the argument, as the guides name it,
+    for an unknown name or an out-of-range option."""
     check_choice("resampling_gradient", config.gradient, GRADIENTS)
     threshold = config.ess_threshold
     if isinstance(threshold, bool) or not 0 < threshold <= 1:
@@ -122,6 +135,10 @@ def check_config(config):
         raise ValueError(f"`gst_temperature` must be positive, got {config.gst_temperature!r}.")
     if not config.gst_gap >= 0:
         raise ValueError(f"`gst_gap` must be non-negative, got {config.gst_gap!r}.")
+    return config._replace(
+        scheme=_resolve("resampling", config.scheme, SCHEMES),
+        when=_resolve("resample_when", config.when, RULES),
+    )
 
 
 # -- gapped straight-through gradients ----------------------------------------------------------

@@ -7,10 +7,9 @@ samplers return a :class:`~numpyro_dais.engine.dais.SamplerOutput`.
 
 from typing import NamedTuple
 
-from numpyro_dais.engine import dais, smc
-from numpyro_dais.engine.resampling import check_config
+from numpyro_dais.engine import dais, resampling, smc
 from numpyro_dais.engine.smc import ResamplingConfig
-from numpyro_dais.engine.transitions import Kernel, check_kernel
+from numpyro_dais.engine.transitions import Kernel, as_kernel
 
 
 class Sampler(NamedTuple):
@@ -22,11 +21,12 @@ class Sampler(NamedTuple):
     resampling: ResamplingConfig | None = None
 
 
-def check(sampler: Sampler):
-    """Raise ``ValueError`` naming the argument for an invalid configuration."""
-    check_kernel(sampler.kernel)
-    if sampler.resampling is not None:
-        check_config(sampler.resampling)
+def resolve(sampler: Sampler) -> Sampler:
+    """``sampler`` with its names resolved to functions (the kernel, the resampling scheme
+    and rule), once, where a configuration is built; a ``ValueError`` names the argument of
+    an invalid configuration."""
+    config = None if sampler.resampling is None else resampling.resolve(sampler.resampling)
+    return Sampler(as_kernel(sampler.kernel), config)
 
 
 def run(

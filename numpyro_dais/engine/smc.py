@@ -18,6 +18,7 @@ Reference: Zenn & Bamler (2023), "Resampling gradients vanish in differentiable 
 Monte Carlo samplers"; Del Moral, Doucet & Jasra (2006).
 """
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -30,17 +31,20 @@ from numpyro_dais.engine.transitions import Kernel, ParticleState, as_kernel
 
 
 class ResamplingConfig(NamedTuple):
-    """How and when an SMC system resamples (:func:`resampling.check_config` validates).
+    """How and when an SMC system resamples (:func:`resampling.resolve` validates it and
+    turns names into functions, once, before a run).
 
-    ``scheme``: ``"multinomial"``, ``"systematic"`` or ``"stratified"``; ``when``:
-    ``"always"``, ``"ess"`` (ESS < ``ess_threshold`` · N), ``"bernoulli"`` (with probability
+    ``scheme``: an ancestor sampler ``(key, log_W) -> (N,)`` or its name,
+    ``"multinomial"``, ``"systematic"`` or ``"stratified"``; ``when``: a decision rule
+    ``(key, log_W, ess_threshold) -> bool`` or its name, ``"always"``, ``"ess"``
+    (ESS < ``ess_threshold`` · N), ``"bernoulli"`` (with probability
     ``1 − (ESS − 1)/(N − 1)``) or ``"never"``; ``gradient``: ``"stop"`` (ancestors carry no
     gradient) or ``"gst"`` (gapped straight-through, Fan et al. 2022, with
     ``gst_temperature`` and ``gst_gap``).
     """
 
-    scheme: str = "multinomial"
-    when: str = "bernoulli"
+    scheme: "str | Callable" = "multinomial"
+    when: "str | Callable" = "bernoulli"
     ess_threshold: float = 0.5
     gradient: str = "stop"
     gst_temperature: float = 0.1
@@ -59,8 +63,8 @@ def _resample(keys, state: ParticleState, log_W, k, config: ResamplingConfig):
     N = log_W.shape[0]
     key_decide, key_ancestors = keys
     gradient, temperature, gap = config.gradient, config.gst_temperature, config.gst_gap
-    flag = (k > 0) & resampling.RULES[config.when](key_decide, log_W, config.ess_threshold)
-    ancestors = resampling.SCHEMES[config.scheme](key_ancestors, log_W)
+    flag = (k > 0) & config.when(key_decide, log_W, config.ess_threshold)
+    ancestors = config.scheme(key_ancestors, log_W)
     uniform = jnp.full_like(log_W, -jnp.log(N))
     if gradient == "gst":
         taken = resampling.straight_through_take(state, ancestors, log_W, temperature, gap)
@@ -68,7 +72,7 @@ def _resample(keys, state: ParticleState, log_W, k, config: ResamplingConfig):
         taken = jax.tree.map(lambda x: x[ancestors], state)
     new_state = jax.tree.map(lambda a, b: jnp.where(flag, a, b), taken, state)
     new_log_W = jnp.where(flag, uniform, log_W)
-    if gradient == "gst" and config.when == "bernoulli":
+    if gradient == "gst" and config.when is resampling.bernoulli:
         # the decision is a 2-way categorical too: straight-through on (resample, keep)
         p = jnp.clip(resampling.bernoulli_probability(log_W), 1e-6, 1.0 - 1e-6)
         b = resampling.gst_one_hot(
@@ -104,8 +108,7 @@ def run(
     ``resampling_config``: a :class:`ResamplingConfig`; ``None``: the defaults.
     """
     kernel = as_kernel(kernel)
-    resampling_config = resampling_config or ResamplingConfig()
-    resampling.check_config(resampling_config)
+    resampling_config = resampling.resolve(resampling_config or ResamplingConfig())
     K, N = params.K, num_particles
     pot = dais.potential(q0, target)
     noise_key, resampling_key = dais.run_keys(rng_key)
@@ -118,7 +121,7 @@ def run(
     def body(carry, xs):
         state, log_W, log_Z = carry
         move_noise, res_keys, k = xs
-        if resampling_config.when == "never":
+        if resampling_config.when is resampling.never:
             ancestors, flag = jnp.arange(N, dtype=jnp.int32), jnp.zeros((), bool)
         else:
             state, log_W, ancestors, flag = _resample(res_keys, state, log_W, k, resampling_config)

@@ -168,10 +168,12 @@ def test_bernoulli_single_particle_never_resamples():
         (dict(scheme="systematic", when="ess", gst_temperature=0.0), "gst_temperature"),
     ],
 )
-def test_check_config_names_the_argument(kwargs, name):
+def test_resolve_names_the_argument(kwargs, name):
     with pytest.raises(ValueError, match=f"`{name}`"):
-        resampling.check_config(ResamplingConfig(**kwargs))
+        resampling.resolve(ResamplingConfig(**kwargs))
 
 
-def test_check_config_accepts_threshold_one():
-    resampling.check_config(ResamplingConfig("stratified", "ess", 1.0))
+def test_resolve_accepts_threshold_one_and_gives_functions():
+    resolved = resampling.resolve(ResamplingConfig("stratified", "ess", 1.0))
+    assert (resolved.scheme, resolved.when) == (resampling.stratified, resampling.ess_below)
+    assert resampling.resolve(resolved) == resolved  # functions pass through

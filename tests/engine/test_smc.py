@@ -203,3 +203,19 @@ def test_bad_options_raise():
         run_smc(key, Q0, target, params, N, when="ess", ess_threshold=0.0)
     with pytest.raises(ValueError, match="`kernel`"):
         run_smc(key, Q0, target, params, N, kernel="mala")
+
+
+def test_a_rule_and_a_scheme_may_be_functions():
+    """Names are resolved to functions once (resampling.resolve); a user's own rule or
+    scheme runs the same recursion: the same functions given directly give the same run."""
+    from numpyro_dais.engine import resampling
+
+    target, params = make()
+    key = jax.random.PRNGKey(4)
+    by_name = run_smc(key, Q0, target, params, N, when="ess", scheme="systematic")
+    by_function = run_smc(
+        key, Q0, target, params, N, when=resampling.ess_below, scheme=resampling.systematic
+    )
+    np.testing.assert_array_equal(by_name.z, by_function.z)
+    always_first = run_smc(key, Q0, target, params, N, when=lambda k, lw, t: jnp.ones((), bool))
+    assert np.asarray(always_first.trace.resampled)[1:].all()
