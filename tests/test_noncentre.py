@@ -151,5 +151,5 @@ def test_noncentre_option_is_checked():
         with pytest.raises(ValueError, match="`noncentre` must be 'auto'"):
             AutoDAIS(centred, noncentre=bad)
     AutoDSMCS(centred, noncentre=True)  # the SMC preset has it too
-    with pytest.raises(TypeError, match="noncentre"):
+    with pytest.raises(ValueError, match="mini-batch guides take False only"):
         AutoSurrogateLikelihoodDAIS(centred, None, noncentre=True)
