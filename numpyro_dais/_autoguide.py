@@ -15,6 +15,7 @@ The guides flatten all latent sites into one unconstrained vector (like numpyro'
 
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +29,12 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import helpful_support_errors
 
 from numpyro_dais import _numpyro
-from numpyro_dais._checks import check_full_data
+from numpyro_dais._checks import (
+    check_batch_size,
+    check_full_data,
+    check_mesh,
+    check_sample_shape,
+)
 from numpyro_dais._modelview import (
     ModelView,
     hidden_values,
@@ -38,6 +44,16 @@ from numpyro_dais._modelview import (
 )
 from numpyro_dais._vectorise import jit_by_leaves, map_batched
 from numpyro_dais.engine import weights
+
+
+class DrawPlan(NamedTuple):
+    """A ``sample_posterior`` call's checked ``sample_shape``, its ``num_draws`` (their
+    product, at least 1), ``batch_size`` and ``mesh``."""
+
+    sample_shape: tuple
+    num_draws: int
+    batch_size: int | None
+    mesh: object
 
 
 class ContinuousGuide(_numpyro.AutoContinuousBridge):
@@ -289,12 +305,21 @@ class ContinuousGuide(_numpyro.AutoContinuousBridge):
 
         return map_batched(one, latents, batch_size)
 
-    def _reshape_draws(self, draws, sample_shape):
-        return jax.tree.map(lambda x: jnp.reshape(x, tuple(sample_shape) + x.shape[1:]), draws)
+    def _draw_plan(self, sample_shape, batch_size, mesh) -> "DrawPlan":
+        """The checked shape, count, batch size and mesh of a ``sample_posterior`` call: the
+        first half of every guide's ``sample_posterior`` (the second: :meth:`_finish_draws`)."""
+        sample_shape = check_sample_shape(sample_shape)
+        batch_size = check_batch_size(batch_size)
+        num_draws = int(math.prod(sample_shape)) if sample_shape else 1
+        mesh = check_mesh(type(self).__name__, mesh, num_draws, batch_size, "draws")
+        return DrawPlan(sample_shape, num_draws, batch_size, mesh)
 
-    @staticmethod
-    def _num_draws(sample_shape):
-        return int(math.prod(sample_shape)) if sample_shape else 1
+    def _finish_draws(self, latents, params, args, kwargs, plan: "DrawPlan"):
+        """Flat draws ``(S, D)`` constrained (deterministic sites included) and shaped
+        ``plan.sample_shape + event shape``."""
+        draws = self._constrain(latents, params, args, kwargs, plan.batch_size)
+        shape = plan.sample_shape
+        return jax.tree.map(lambda x: jnp.reshape(x, shape + x.shape[1:]), draws)
 
     def _transform(self, z):
         """Flat unconstrained ``z (..., D)`` to constrained latent values; needs no data (the

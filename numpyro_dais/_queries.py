@@ -21,7 +21,6 @@ from numpyro_dais._checks import (
     check_choice,
     check_mesh,
     check_positive_int,
-    check_sample_shape,
 )
 from numpyro_dais._selfcheck import check_q0_once, transport_verdict
 from numpyro_dais.engine import dais0, gaussian, psis
@@ -75,45 +74,28 @@ class PosteriorQueries:
         """
         method = self.posterior_method if method is None else method
         check_choice("method", method, POSTERIOR_METHODS)
-        sample_shape = check_sample_shape(sample_shape)
-        batch_size = check_batch_size(batch_size)
-        mesh = check_mesh(
-            type(self).__name__, mesh, self._num_draws(sample_shape), batch_size, "draws"
-        )
+        plan = self._draw_plan(sample_shape, batch_size, mesh)
         fitted = self._params_from(params)
         if method != "q0":
             args, kwargs = self._data(args, kwargs, method)
         else:
             check_q0_once(self, params)
-        draws, k = self._compiled(self._sample_posterior)(
-            rng_key,
-            fitted,
-            params,
-            args,
-            kwargs,
-            sample_shape,
-            method,
-            batch_size,
-            mesh,
-        )
+        run = self._compiled(self._sample_posterior)
+        draws, k = run(rng_key, fitted, params, args, kwargs, plan, method)
         if method != "q0":
-            n = self._num_draws(sample_shape)
+            n = plan.num_draws
             _sampling.warn_if_not_finite(type(self).__name__, draws, method, n)
             S = n * (self.num_particles if method in ("importance", "psis") else 1)
             what = f"the weights behind the {method!r} draws (S = {S})"
             _sampling.warn_if_heavy_tailed(type(self).__name__, k, S, what)
         return (draws, k) if return_pareto_k else draws
 
-    def _sample_posterior(
-        self, rng_key, fitted, params, args, kwargs, sample_shape, method, batch_size, mesh=None
-    ):
-        n = self._num_draws(sample_shape)
+    def _sample_posterior(self, rng_key, fitted, params, args, kwargs, plan, method):
         latents, log_w = _sampling.weighted_draws(
-            self, rng_key, fitted, args, kwargs, method, n, batch_size, mesh
+            self, rng_key, fitted, args, kwargs, method, plan.num_draws, plan.batch_size, plan.mesh
         )
         k = None if log_w is None else psis.pareto_k(jnp.reshape(log_w, -1)).k
-        draws = self._constrain(latents, params, args, kwargs, batch_size)
-        return self._reshape_draws(draws, sample_shape), k
+        return self._finish_draws(latents, params, args, kwargs, plan), k
 
     def log_evidence(
         self, rng_key, params, *args, num_particles=1000, batch_size=None, mesh=None, **kwargs

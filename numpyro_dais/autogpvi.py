@@ -24,13 +24,11 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro_dais import _numpyro
 from numpyro_dais._autoguide import ContinuousGuide
 from numpyro_dais._checks import (
-    check_batch_size,
     check_choice,
     check_gpvi_objective,
     check_mesh,
     check_positive_float,
     check_positive_int,
-    check_sample_shape,
 )
 from numpyro_dais._modelview import log_joint
 from numpyro_dais._reporting import report_gpvi
@@ -341,14 +339,9 @@ class AutoGPVI(ContinuousGuide):
             are split evenly over its devices; its size must divide their number.
         :return: dict of site values with leading shape ``sample_shape``.
         """
-        sample_shape = check_sample_shape(sample_shape)
-        batch_size = check_batch_size(batch_size)
-        num_draws = self._num_draws(sample_shape)
-        mesh = check_mesh(type(self).__name__, mesh, num_draws, batch_size, "draws")
-        latents = self._draw(rng_key, params, num_draws, batch_size, mesh)
-        return self._reshape_draws(
-            self._constrain(latents, params, args, kwargs, batch_size), sample_shape
-        )
+        plan = self._draw_plan(sample_shape, batch_size, mesh)
+        latents = self._draw(rng_key, params, plan.num_draws, plan.batch_size, plan.mesh)
+        return self._finish_draws(latents, params, args, kwargs, plan)
 
     def _summary_draws(self, params):
         return self._draw(jax.random.PRNGKey(0), params, self.num_summary_draws)
