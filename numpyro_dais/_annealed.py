@@ -125,7 +125,7 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         return self._target
 
     def annealing_target(self, params, *args, rng_key=None, **kwargs) -> dais.Target:
-        """The engine's :class:`~numpyro_dais.engine.dais.Target` for ``params`` and the data
+        """The engine's :class:`~numpyro_dais.engine.base.Target` for ``params`` and the data
         ``*args, **kwargs``: ``log_dynamics(z)`` is what the transitions follow (the full or
         surrogate log joint, or a mini-batch drawn with ``rng_key``) and ``log_final(z)``
         (``None``: the same) the full-data term of the weight. For inspection and tests;

@@ -30,7 +30,7 @@ def divergence_brake(step_sizes, fraction):
 
 def step_info(kernel, curvature, eta_max):
     """What the step sizes are and how to fix them, for divergence warnings (``kernel``: a
-    :class:`~numpyro_dais.engine.transitions.Kernel`)."""
+    :class:`~numpyro_dais.engine.base.Kernel`)."""
     power = "1 / sqrt(λ)" if kernel.momentum else "1 / λ"
     if curvature is None:
         return (

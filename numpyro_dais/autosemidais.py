@@ -235,7 +235,7 @@ class AutoSemiDAIS(_numpyro.AutoGuideBridge):
         return latents, (out,), {}
 
     def _anneal_params(self, idx) -> dais.AnnealParams:
-        """Per-member :class:`~numpyro_dais.engine.dais.AnnealParams` (leading axis ``B``)."""
+        """Per-member :class:`~numpyro_dais.engine.base.AnnealParams` (leading axis ``B``)."""
         p, K, D, lay = self.prefix, self.K, self._layout.D, self._layout
         lead = () if self.use_global_dais_params else (lay.size,)
         inc = numpyro.param(

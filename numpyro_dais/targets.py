@@ -1,6 +1,6 @@
 """What the annealing follows and what the final weight uses, built from a NumPyro model.
 
-A target turns the model into the engine's :class:`~numpyro_dais.engine.dais.Target`
+A target turns the model into the engine's :class:`~numpyro_dais.engine.base.Target`
 (``log_dynamics`` for the transitions, ``log_final`` for the weight) for one call's data and
 the current parameters. Any target composes with any sampler (DAIS or SMC):
 

@@ -210,9 +210,10 @@ def test_roles_resolve_from_the_docstrings_scope():
     loader.resolve_aliases(implicit=False, external=False)
     dais = package["engine.dais"]
     out = roles.rewrite(":func:`.weights.diverged` and :class:`~.dais.Target`", dais, loader)
+    # Target is defined in engine.base and imported by engine.dais: the link goes to its home
     assert 'identifier="numpyro_dais.engine.weights.diverged"' in out
-    assert 'identifier="numpyro_dais.engine.dais.Target"><code>Target</code>' not in out
-    assert 'identifier="numpyro_dais.engine.dais.Target" optional><code>Target</code>' in out
+    assert 'identifier="numpyro_dais.engine.base.Target"><code>Target</code>' not in out
+    assert 'identifier="numpyro_dais.engine.base.Target" optional><code>Target</code>' in out
     guide = package["_queries.PosteriorQueries.get_base_dist"]
     out = roles.rewrite(":meth:`get_transform`", guide, loader)
     assert 'identifier="numpyro_dais._queries.PosteriorQueries.get_transform"' in out

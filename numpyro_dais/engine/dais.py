@@ -11,76 +11,30 @@ of gradient noise"; Jankowiak & Phan (2022), "Surrogate likelihoods for variatio
 importance sampling" (dynamics and final weight on different targets).
 """
 
-from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from numpyro_dais.engine import gaussian, weights
-from numpyro_dais.engine.transitions import (
+from numpyro_dais.engine.base import (
+    AnnealParams,
     Kernel,
     ParticleState,
     Potential,
+    SamplerOutput,
     StepParams,
+    Target,
+    Trace,
     TransitionInfo,
-    as_kernel,
-    init_state,
 )
-
-
-class AnnealParams(NamedTuple):
-    """Learnable annealing parameters shared by all particles."""
-
-    betas: jax.Array  # (K + 1,) 0 = β_0 < … < β_K = 1
-    step_sizes: jax.Array  # (K,)
-    mass: jax.Array  # (D,) diagonal mass matrix (ignored by Langevin)
-    gamma: jax.Array  # () momentum damping γ of the partial refresh (ignored by Langevin)
-
-    @property
-    def K(self) -> int:
-        return self.step_sizes.shape[0]
-
-
-class Target(NamedTuple):
-    """What a sampler anneals to: ``log_dynamics`` drives the transitions, ``log_final``
-    enters the final weight (``None``: the same). Both map ``z (D,) -> scalar``.
-
-    Full-data DAIS uses the log joint for both; SL-DAIS a surrogate for the dynamics and the
-    model's mini-batch estimate for the final weight; a guide whose model term supplies
-    ``ℓ(z_K)`` itself passes :func:`omit_final`.
-    """
-
-    log_dynamics: Callable
-    log_final: Callable | None = None
+from numpyro_dais.engine.transitions import as_kernel, init_state
 
 
 def omit_final(z):
     """A final term of 0: the weight leaves ``ℓ(z_K)`` to the caller (e.g. the model's own
     term of an ELBO)."""
     return jnp.zeros((), z.dtype)
-
-
-class Trace(NamedTuple):
-    """Per-transition record of a run (SMC always; DAIS with ``track_increments``)."""
-
-    ess: jax.Array  # (K,) ESS of the weights after transition k
-    resampled: jax.Array  # (K,) bool: resampled just before transition k
-    ancestors: jax.Array  # (K, N) int32 ancestor of each slot before transition k
-    log_increments: jax.Array  # (K, N) log w̃_k (diverged entries -inf)
-
-
-class SamplerOutput(NamedTuple):
-    """What every sampler returns, for one system of ``N`` particles."""
-
-    z0: jax.Array  # (N, D) initial particles, draws of q0
-    z: jax.Array  # (N, D) final particles z_K
-    log_weights: jax.Array  # (N,) final log weights; log-mean-exp = log_Z; diverged: -inf
-    log_final_target: jax.Array  # (N,) the final term at z_K (target.log_final)
-    log_Z: jax.Array  # () the bound's value, log (1/N) Σ_i w_i (DAIS) or the SMC L
-    ess: jax.Array  # () effective sample size of the final weights
-    num_diverged: jax.Array  # () particles dropped (non-finite weight or energy blow-up)
-    trace: Trace | None  # per-transition record, or None
 
 
 def step_params(params: AnnealParams, k) -> StepParams:

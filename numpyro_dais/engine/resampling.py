@@ -123,7 +123,7 @@ def _resolve(name, value, table):
 
 
 def resolve(config):
-    """``config`` (a :class:`~numpyro_dais.engine.smc.ResamplingConfig`) with its ``scheme``
+    """``config`` (a :class:`~numpyro_dais.engine.base.ResamplingConfig`) with its ``scheme``
     and ``when`` resolved from names to the functions of :data:`SCHEMES` and :data:`RULES`
     (callables pass through); a ``ValueError`` names the argument, as the guides name it,
     for an unknown name or an out-of-range option."""

@@ -1,8 +1,8 @@
 """A sampler says how particles move and are weighted: DAIS, or SMC (DAIS plus resampling).
 
 :class:`Sampler` is a plain configuration; :func:`run` runs it on any
-:class:`~numpyro_dais.engine.dais.Target`, so targets and samplers compose freely. Both
-samplers return a :class:`~numpyro_dais.engine.dais.SamplerOutput`.
+:class:`~numpyro_dais.engine.base.Target`, so targets and samplers compose freely. Both
+samplers return a :class:`~numpyro_dais.engine.base.SamplerOutput`.
 """
 
 from typing import NamedTuple
@@ -13,9 +13,9 @@ from numpyro_dais.engine.transitions import Kernel, as_kernel
 
 
 class Sampler(NamedTuple):
-    """``kernel``: a :class:`~numpyro_dais.engine.transitions.Kernel` or its name
+    """``kernel``: a :class:`~numpyro_dais.engine.base.Kernel` or its name
     (``"hmc"``, ``"langevin"``); ``resampling``: ``None`` for DAIS (never resample), or a
-    :class:`~numpyro_dais.engine.smc.ResamplingConfig` for SMC."""
+    :class:`~numpyro_dais.engine.base.ResamplingConfig` for SMC."""
 
     kernel: "str | Kernel" = "hmc"
     resampling: ResamplingConfig | None = None

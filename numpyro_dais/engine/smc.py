@@ -18,37 +18,14 @@ Reference: Zenn & Bamler (2023), "Resampling gradients vanish in differentiable 
 Monte Carlo samplers"; Del Moral, Doucet & Jasra (2006).
 """
 
-from collections.abc import Callable
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
 from numpyro_dais.engine import dais, gaussian, resampling, weights
 from numpyro_dais.engine.annealing import log_gamma
-from numpyro_dais.engine.transitions import Kernel, ParticleState, as_kernel
-
-
-class ResamplingConfig(NamedTuple):
-    """How and when an SMC system resamples (:func:`resampling.resolve` validates it and
-    turns names into functions, once, before a run).
-
-    ``scheme``: an ancestor sampler ``(key, log_W) -> (N,)`` or its name,
-    ``"multinomial"``, ``"systematic"`` or ``"stratified"``; ``when``: a decision rule
-    ``(key, log_W, ess_threshold) -> bool`` or its name, ``"always"``, ``"ess"``
-    (ESS < ``ess_threshold`` · N), ``"bernoulli"`` (with probability
-    ``1 − (ESS − 1)/(N − 1)``) or ``"never"``; ``gradient``: ``"stop"`` (ancestors carry no
-    gradient) or ``"gst"`` (gapped straight-through, Fan et al. 2022, with
-    ``gst_temperature`` and ``gst_gap``).
-    """
-
-    scheme: "str | Callable" = "multinomial"
-    when: "str | Callable" = "bernoulli"
-    ess_threshold: float = 0.5
-    gradient: str = "stop"
-    gst_temperature: float = 0.1
-    gst_gap: float = 1.0
+from numpyro_dais.engine.base import Kernel, ParticleState, ResamplingConfig
+from numpyro_dais.engine.transitions import as_kernel
 
 
 def resampling_keys(rng_key, K: int) -> jax.Array:

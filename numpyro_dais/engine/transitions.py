@@ -11,46 +11,13 @@ Hamiltonian annealing"; Zenn & Bamler (2024), App. C.2, for the Langevin kernel.
 """
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from numpyro_dais.engine.annealing import log_gamma
+from numpyro_dais.engine.base import Kernel, ParticleState, Potential, StepParams, TransitionInfo
 from numpyro_dais.engine.validation import check_choice
-
-
-class Potential(NamedTuple):
-    """The two ends of the annealing path, each ``z (D,) -> scalar``."""
-
-    log_q0: Callable
-    log_target: Callable  # ℓ(z) used by the dynamics (the full or surrogate log joint)
-
-
-class ParticleState(NamedTuple):
-    z: jax.Array  # (D,) position
-    v: jax.Array  # (D,) momentum (zeros for Langevin)
-    log_q0: jax.Array  # () log q0(z)       — tracked only when needed
-    log_target: jax.Array  # () ℓ(z)         — tracked only when needed
-    grad_log_q0: jax.Array  # (D,) ∇ log q0(z) — Langevin only
-    grad_log_target: jax.Array  # (D,) ∇ ℓ(z)  — Langevin only
-
-
-class StepParams(NamedTuple):
-    """Parameters of transition ``k`` (scalars unless noted)."""
-
-    beta_prev: jax.Array  # β_{k-1}
-    beta: jax.Array  # β_k
-    step_size: jax.Array  # η_k (HMC) or δ_k (Langevin)
-    mass: jax.Array  # (D,) diagonal mass matrix m (HMC only)
-    gamma: jax.Array  # γ ∈ (0, 1) momentum damping of the partial refresh (HMC only)
-
-
-class TransitionInfo(NamedTuple):
-    delta: jax.Array  # () Δ_k
-    log_increment: jax.Array  # () log w̃_k, or 0 when not tracked
-    log_target_eval: jax.Array  # () ℓ where the step took ∇ℓ (HMC: the leapfrog's midpoint;
-    #                             Langevin: z_k), a by-product of the gradient
 
 
 def _value_and_grad(potential: Potential, z):
@@ -137,21 +104,6 @@ def _increment(old: ParticleState, new: ParticleState, step: StepParams, delta):
         - log_gamma(step.beta_prev, old.log_q0, old.log_target)
         + delta
     )
-
-
-class Kernel(NamedTuple):
-    """A transition and what a sampler must know of it.
-
-    ``transition(noise, state, step, potential, track) -> (state, TransitionInfo)`` moves
-    one particle with its ``(D,)`` standard normal ``noise``."""
-
-    transition: Callable
-    momentum: bool
-    """Whether particles carry a momentum ``v ~ N(0, M)`` (HMC: a mass matrix and a damping
-    are learnt, and the step size scales as ``1 / sqrt(λ)`` of the curvature)."""
-    exact_energy: bool
-    """Whether the state holds ``ℓ`` at its position after each step (Langevin), so the
-    final term and the energy check need no extra evaluation."""
 
 
 KERNELS = {
