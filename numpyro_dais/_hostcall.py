@@ -2,8 +2,8 @@
 
 ``jax.pure_callback`` marks its program as holding a host callback, and JAX then runs every
 call of the program, taken branch or not, without its C++ dispatch fast path and with runtime
-tokens threaded through its inputs: 70-140 µs per SVI step on 2 CPU cores, 15-30% of a small
-model's step, and such programs never enter JAX's persistent compilation cache.
+tokens threaded through its inputs, a fixed cost per SVI step that is a large share of a
+small model's step, and such programs never enter JAX's persistent compilation cache.
 
 On CPU :func:`host_call` instead emits an XLA FFI custom call to one handler of this module,
 a ``ctypes`` function registered under :data:`TARGET` (typed FFI, ``XLA_FFI_Handler``): it

@@ -27,9 +27,8 @@ class AutoDSMCS(AnnealedGuide):
     to float32 rounding) and resampling is used where it tightens the bound at fixed
     parameters. Training *through* resampling (``train_resample_when=None``: the rule of
     ``resample_when``, the paper's algorithm) stops its gradients, which vanish when the
-    ESS is maximal (Zenn & Bamler 2023); measured, it steered the transitions to a worse SMC
-    bound on 3 of 5 model/kernel pairs (by 1.6 to 2.5 nats) and was level on the others
-    (see the guide's documentation).
+    ESS is maximal (Zenn & Bamler 2023); in our measurements it steered the transitions to a
+    worse SMC bound on most model/kernel pairs (the guide's documentation has the numbers).
 
     Posterior draws (``sample_posterior`` and ``Predictive`` alike) default to
     ``posterior_method="importance"``: each draw runs one particle system and picks a final

@@ -126,7 +126,7 @@ class AutoSurrogateLikelihoodDSMCS(AnnealedGuide):
     Arguments as :class:`AutoSurrogateLikelihoodDAIS` plus the resampling options of
     :class:`~numpyro_dais.AutoDSMCS`, except that ``train_resample_when`` defaults to
     ``None`` (train through resampling with ``resample_when``'s rule: on a mini-batched
-    logistic regression it gave a ≈1.4 nats higher ``log_evidence`` than training without).
+    logistic regression it gave a higher ``log_evidence`` than training without).
     ``posterior_method`` defaults to ``"importance"``, which (like ``log_evidence``) weights
     by the full-data log joint, so it needs the data.
 

@@ -132,7 +132,7 @@ class _MiniBatchTarget(FullData):
         in the guide, with indices drawn in ``O(B)``; the ELBO replays them into the model,
         so the model's own term (and with ``N > 1`` the guide's final term) uses these rows,
         and the model does not draw them with numpyro's sampler, a loop of ``B`` sequential
-        steps on CPU (0.6 ms at ``Nd = 10⁵``, ``B = 256``: most of an SL-DAIS step). A
+        steps on CPU that would dominate an SL-DAIS step. A
         model that runs on all the data (e.g. scoring the full-data ELBO) gets none."""
         model = view.model if model is None else model
         plates = subsampled_plates(trace_without_sampling(model, args, kwargs))

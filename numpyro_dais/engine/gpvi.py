@@ -179,8 +179,7 @@ def _after(x: jax.Array, y):
 
     The generator's Jacobian work (the ``J⁻ᵀ`` solves, the helper) needs only ε′, so XLA:CPU
     runs it beside the likelihood's gradients, and on a few cores the two slow each other
-    down: with ``Nd = 10⁵`` rows on 2 cores a GPVI step took 1.6× amortized SVGD's (1.05× on
-    one core). ``lax.optimization_barrier`` does not order them (XLA:CPU drops it); a zero
+    down (the AutoGPVI guide page has the measurement). ``lax.optimization_barrier`` does not order them (XLA:CPU drops it); a zero
     computed from ``x`` does, and XLA cannot fold ``0 · x`` away for floats. ``x`` must be
     finite (the scores are, after :func:`_return_score`).
     """
