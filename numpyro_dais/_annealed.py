@@ -282,24 +282,22 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         """:func:`numpyro_dais._sampling.run` of this guide."""
         return _sampling.run(self, rng_key, fitted, args, kwargs, N, final, **options)
 
-    # -- training call ----------------------------------------------------------------------------
+    # -- training call (the hooks of ContinuousGuide._latent_sample) ----------------------------
 
-    def _latent_sample(self, *args, **kwargs):
-        kwargs.pop("sample_shape", None)
-        rng_key = numpyro.prng_key()
+    def _read_params(self, args, kwargs) -> Fitted:
         params = self._model_params()
         self._set_up_from_curvature(args, kwargs, params)
-        q0, anneal, affine = self._guide_params()
-        if not _numpyro.in_loss():
-            # e.g. Predictive: draw as sample_posterior does
-            method = self.posterior_method
-            if method != "q0":
-                args, kwargs = self._data(args, kwargs, method)
-            fitted = Fitted(q0, anneal, affine, params)
-            return self._draw(rng_key, fitted, args, kwargs, method, 1)[0]
-        step_sizes = anneal.step_sizes  # before the NaN guard: for the divergence brake
-        q0, anneal, params = self._bound_safe((q0, anneal, params))
-        fitted = Fitted(q0, anneal, affine, params)
+        return Fitted(*self._guide_params(), params)
+
+    def _posterior_draw(self, rng_key, fitted, args, kwargs):
+        method = self.posterior_method
+        if method != "q0":
+            args, kwargs = self._data(args, kwargs, method)
+        return self._draw(rng_key, fitted, args, kwargs, method, 1)[0]
+
+    def _in_loss(self, fitted, args, kwargs) -> _objective.LossCall:
+        step_sizes = fitted.anneal.step_sizes  # before the NaN guard: for the divergence brake
+        q0, anneal, params = self._bound_safe((fitted.q0, fitted.anneal, fitted.model_params))
         # Open the subsample plates of the model that the loss runs, drawn in O(B) (numpyro
         # effects: not in `_bound`); the ELBO replays them into the model. With N > 1 the
         # bound's final term uses the batch too; with one particle the model's own term is
@@ -310,14 +308,16 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         if self.num_particles > 1 or loss_model is not None:
             opened = self._target.bound_batch(self._view, args, kwargs, loss_model)
             batch = opened if self.num_particles > 1 else None
-        if _numpyro.in_svi_init():  # only params and a latent value are kept: a q0 draw
-            _numpyro.emit_log_weight(f"{self.prefix}_log_weight", jnp.zeros(()))
-            return self._draw(rng_key, fitted, args, kwargs, "q0", 1)[0]
+        fitted = Fitted(q0, anneal, fitted.affine, params)
+        return _objective.LossCall(fitted, step_sizes, batch)
+
+    def _init_draw(self, rng_key, call, args, kwargs):
+        return self._draw(rng_key, call.fitted, args, kwargs, "q0", 1)[0]
+
+    def _loss_term(self, rng_key, call, args, kwargs):
         bound = self._one_program_when_eager(self._bound, rng_key)
-        z, log_weight, diverged = bound(rng_key, fitted, args, kwargs, batch)
-        log_weight = log_weight - _objective.divergence_brake(step_sizes, diverged)
-        _numpyro.emit_log_weight(f"{self.prefix}_log_weight", log_weight)
-        return z
+        z, log_weight, diverged = bound(rng_key, call.fitted, args, kwargs, call.batch)
+        return z, log_weight - _objective.divergence_brake(call.step_sizes, diverged)
 
     def _bound(self, rng_key, fitted, args, kwargs, batch):
         """:func:`numpyro_dais._objective.bound` of this guide."""

@@ -59,9 +59,11 @@ class DrawPlan(NamedTuple):
 class ContinuousGuide(_numpyro.AutoContinuousBridge):
     """Base of the package's guides: a flat unconstrained latent ``z ∈ R^D``.
 
-    Subclasses implement ``_latent_sample`` (what a training call returns) and the
-    posterior methods; this class gives them a :class:`ModelView` of the model, its current
-    parameters, vectorised constraining of draws and checks of ``params``. Subclasses set
+    Subclasses fill in the hooks of the training call (:meth:`_latent_sample`: ``_read_params``,
+    ``_posterior_draw``, ``_in_loss``, ``_init_draw``, ``_loss_term``) and of
+    ``sample_posterior`` (:meth:`_draw_plan`, :meth:`_finish_draws`); this class gives them a
+    :class:`ModelView` of the model, its current parameters, vectorised constraining of draws
+    and checks of ``params``. Subclasses set
     their options (named in ``_options``) before calling ``__init__``; afterwards they are
     read-only, because compiled samplers and parameter shapes depend on them.
     """
@@ -337,6 +339,52 @@ class ContinuousGuide(_numpyro.AutoContinuousBridge):
             for pos in np.ndindex(idx.shape):
                 names[int(idx[pos])] = site + ("[" + ",".join(map(str, pos)) + "]" if pos else "")
         return names
+
+    # -- the training call -------------------------------------------------------------------
+
+    #: the name of the factor site that carries the guide's log weight in a loss
+    _weight_site = "log_weight"
+
+    def _latent_sample(self, *args, **kwargs):
+        """The training-call protocol every flat guide shares (numpyro's ``_sample_latent``,
+        bridged in :mod:`numpyro_dais._numpyro`), filled in by the hooks below: outside a loss
+        (e.g. ``Predictive``) one posterior draw; under ``svi.init``, which keeps only the
+        parameters and a latent value, a cheap draw and a zero weight; in a loss, the guide's
+        objective (one compiled program when the guide runs eagerly), whose log weight enters
+        the ELBO as a factor site. Returns the flat latent ``z (D,)`` handed to the model."""
+        kwargs.pop("sample_shape", None)
+        rng_key = numpyro.prng_key()
+        call = self._read_params(args, kwargs)
+        if not _numpyro.in_loss():
+            return self._posterior_draw(rng_key, call, args, kwargs)
+        call = self._in_loss(call, args, kwargs)
+        site = f"{self.prefix}_{self._weight_site}"
+        if _numpyro.in_svi_init():
+            _numpyro.emit_log_weight(site, jnp.zeros(()))
+            return self._init_draw(rng_key, call, args, kwargs)
+        z, log_weight = self._loss_term(rng_key, call, args, kwargs)
+        _numpyro.emit_log_weight(site, log_weight)
+        return z
+
+    def _read_params(self, args, kwargs):
+        """The call's parameters, read from its ``numpyro.param`` sites."""
+        raise NotImplementedError
+
+    def _posterior_draw(self, rng_key, call, args, kwargs):
+        """One flat posterior draw ``(D,)``, as ``sample_posterior`` draws."""
+        raise NotImplementedError
+
+    def _in_loss(self, call, args, kwargs):
+        """What a loss needs beyond ``call`` (checks, the mini-batch), before ``svi.init``."""
+        return call
+
+    def _init_draw(self, rng_key, call, args, kwargs):
+        """The latent value ``svi.init`` keeps: by default a posterior draw."""
+        return self._posterior_draw(rng_key, call, args, kwargs)
+
+    def _loss_term(self, rng_key, call, args, kwargs):
+        """``(z, log_weight)``: the particle handed to the model and the guide's factor."""
+        raise NotImplementedError
 
     def _compiled(self, fn, name=None):
         """``jit_by_leaves(fn)``, built once per guide (under ``name``, default

@@ -4,12 +4,24 @@ References: Geffner & Domke (2021), the DAIS bound; Zenn & Bamler (2024), DAISâ‚
 symmetrised-KL term.
 """
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
 from numpyro_dais import _sampling
 from numpyro_dais._reporting import report_diverged
 from numpyro_dais.engine import dais0, gaussian
+
+
+class LossCall(NamedTuple):
+    """What a training call of an annealed guide hands its loss term: the ``fitted``
+    parameters (non-finite gradients zeroed), the step sizes before that guard (for the
+    divergence brake) and the mini-batch opened for the bound (``None``: the model's own)."""
+
+    fitted: _sampling.Fitted
+    step_sizes: jax.Array
+    batch: dict | None
 
 
 def divergence_brake(step_sizes, fraction):

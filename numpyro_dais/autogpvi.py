@@ -261,27 +261,28 @@ class AutoGPVI(ContinuousGuide):
 
     # -- training call ----------------------------------------------------------------------
 
-    def _latent_sample(self, *args, **kwargs):
-        kwargs.pop("sample_shape", None)
-        rng_key = numpyro.prng_key()
+    # -- training call (the hooks of ContinuousGuide._latent_sample) ----------------------------
+
+    _weight_site = "gpvi_surrogate"
+
+    def _read_params(self, args, kwargs):
         layers, lam = self._generator_params()
         helper = self._layers("helper", self._init_helper) if self._jac == "helper" else None
         # a diverged helper must not turn the whole update into NaN
         helper = self._bound_safe(helper) if helper is not None else None
-        model_params = self._model_params()
-        if not _numpyro.in_loss():
-            # e.g. Predictive: one fresh draw, as sample_posterior
-            eps = jax.random.normal(rng_key, (self.latent_dim,))
-            return self._generator(layers, lam)(eps)
+        return layers, lam, helper, self._model_params()
 
+    def _posterior_draw(self, rng_key, call, args, kwargs):
+        layers, lam = call[:2]  # one fresh draw, as sample_posterior
+        return self._generator(layers, lam)(jax.random.normal(rng_key, (self.latent_dim,)))
+
+    def _in_loss(self, call, args, kwargs):
         check_gpvi_objective(type(self).__name__, _numpyro.enclosing_elbo())
-        if _numpyro.in_svi_init():  # only params and a latent value are kept: one draw
-            _numpyro.emit_log_weight(f"{self.prefix}_gpvi_surrogate", jnp.zeros(()))
-            return self._generator(layers, lam)(jax.random.normal(rng_key, (self.latent_dim,)))
+        return call
+
+    def _loss_term(self, rng_key, call, args, kwargs):
         objective = self._one_program_when_eager(self._objective, rng_key)
-        z, factor = objective(rng_key, layers, lam, helper, model_params, args, kwargs)
-        _numpyro.emit_log_weight(f"{self.prefix}_gpvi_surrogate", factor)
-        return z
+        return objective(rng_key, *call, args, kwargs)
 
     def _objective(self, rng_key, layers, lam, helper, model_params, args, kwargs):
         """One particle ``z*`` for the model and the log weight that makes the loss's value

@@ -179,9 +179,10 @@ def _after(x: jax.Array, y):
 
     The generator's Jacobian work (the ``J⁻ᵀ`` solves, the helper) needs only ε′, so XLA:CPU
     runs it beside the likelihood's gradients, and on a few cores the two slow each other
-    down (the AutoGPVI guide page has the measurement). ``lax.optimization_barrier`` does not order them (XLA:CPU drops it); a zero
-    computed from ``x`` does, and XLA cannot fold ``0 · x`` away for floats. ``x`` must be
-    finite (the scores are, after :func:`_return_score`).
+    down (the AutoGPVI guide page has the measurement). ``lax.optimization_barrier`` does
+    not order them (XLA:CPU drops it); a zero computed from ``x`` does, and XLA cannot fold
+    ``0 · x`` away for floats. ``x`` must be finite (the scores are, after
+    :func:`_return_score`).
     """
     zero = 0.0 * jnp.sum(jax.lax.stop_gradient(x))
     return jax.tree.map(lambda a: a + zero.astype(a.dtype), y)
