@@ -319,7 +319,13 @@ class ContinuousGuide(_numpyro.AutoContinuousBridge):
     def _finish_draws(self, latents, params, args, kwargs, plan: "DrawPlan"):
         """Flat draws ``(S, D)`` constrained (deterministic sites included) and shaped
         ``plan.sample_shape + event shape``."""
-        draws = self._constrain(latents, params, args, kwargs, plan.batch_size)
+        return self._shape_draws(
+            self._constrain(latents, params, args, kwargs, plan.batch_size), plan
+        )
+
+    @staticmethod
+    def _shape_draws(draws, plan: "DrawPlan"):
+        """Draws ``(S, ...)`` shaped ``plan.sample_shape + event shape``."""
         shape = plan.sample_shape
         return jax.tree.map(lambda x: jnp.reshape(x, shape + x.shape[1:]), draws)
 

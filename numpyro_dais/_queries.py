@@ -15,7 +15,7 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffine
 
-from numpyro_dais import _sampling
+from numpyro_dais import _chunked, _sampling
 from numpyro_dais._checks import (
     check_batch_size,
     check_choice,
@@ -80,8 +80,12 @@ class PosteriorQueries:
             args, kwargs = self._data(args, kwargs, method)
         else:
             check_q0_once(self, params)
-        run = self._compiled(self._sample_posterior)
-        draws, k = run(rng_key, fitted, params, args, kwargs, plan, method)
+        if method == "importance" and _chunked.applies(rng_key, plan.batch_size, plan.mesh):
+            out = _chunked.importance(self, rng_key, fitted, params, args, kwargs, plan.num_draws)
+            draws, k = self._shape_draws(out.draws, plan), _chunked.pareto_k(out.log_weights)
+        else:
+            run = self._compiled(self._sample_posterior)
+            draws, k = run(rng_key, fitted, params, args, kwargs, plan, method)
         if method != "q0":
             n = plan.num_draws
             _sampling.warn_if_not_finite(type(self).__name__, draws, method, n)
@@ -203,17 +207,15 @@ class PosteriorQueries:
         raises a ``UserWarning`` carrying the fix.
         """
         num_samples = check_positive_int("num_samples", num_samples, minimum=2)
+        batch_size = check_batch_size(batch_size)
         fitted = self._params_from(params)
         args, kwargs = self._data(args, kwargs, "importance")
-        end = self._compiled(self._draw)(
-            rng_key,
-            fitted,
-            args,
-            kwargs,
-            "importance",
-            num_samples,
-            check_batch_size(batch_size),
-        )
+        if _chunked.applies(rng_key, batch_size, None):
+            out = _chunked.importance(self, rng_key, fitted, params, args, kwargs, num_samples)
+            end = out.z
+        else:
+            draw = self._compiled(self._draw)
+            end = draw(rng_key, fitted, args, kwargs, "importance", num_samples, batch_size)
         check = dais0.transport_check(_sampling.in_z(fitted.affine, fitted.q0), end)
         return transport_verdict(self, check, mean_tol, std_ratio_tol, warn)
 
@@ -252,10 +254,12 @@ class PosteriorQueries:
         seed): what ``median`` and ``quantiles`` summarise when it is not ``"q0"``."""
         args, kwargs = self._setup_args
         args, kwargs = self._data(args, kwargs, self.posterior_method)
-        draw = self._compiled(self._draw)
         fitted = self._params_from(params)
-        method = self.posterior_method
-        return draw(jax.random.key(0), fitted, args, kwargs, method, SUMMARY_DRAWS)
+        method, key = self.posterior_method, jax.random.key(0)
+        if method == "importance":
+            return _chunked.importance(self, key, fitted, params, args, kwargs, SUMMARY_DRAWS).z
+        draw = self._compiled(self._draw)
+        return draw(key, fitted, args, kwargs, method, SUMMARY_DRAWS)
 
     def _summary(self, params, reduce):
         """``reduce`` (over the leading axis) of the draws behind :meth:`_summary_draws`, site

@@ -116,14 +116,18 @@ def weighted_draws(guide, rng_key, fitted, args, kwargs, method, num_draws, batc
         pooled = jnp.where(jnp.isfinite(jnp.max(smoothed)), pooled, jnp.nan)
         return shard_particles(pooled, mesh), log_w
 
-    def importance(key):
-        key_run, key_pick = jax.random.split(key)
-        out = run(guide, key_run, fitted, args, kwargs, guide.num_particles, "target")
-        z = out.z[jax.random.categorical(key_pick, out.log_weights)]
-        # every particle diverged: no draw (NaN, reported), not a diverged particle's z
-        return jnp.where(jnp.isfinite(jnp.max(out.log_weights)), z, jnp.nan), out.log_weights
-
+    importance = lambda key: importance_system(guide, key, fitted, args, kwargs)
     return map_batched(importance, jax.random.split(rng_key, num_draws), batch_size, mesh)
+
+
+def importance_system(guide, key, fitted, args, kwargs):
+    """One particle system of ``num_particles`` and one end point picked from it by final
+    weight (SIR): ``(z (D,), log_weights (N,))``; ``z`` is NaN where every particle
+    diverged (no draw, reported), not a diverged particle's end point."""
+    key_run, key_pick = jax.random.split(key)
+    out = run(guide, key_run, fitted, args, kwargs, guide.num_particles, "target")
+    z = out.z[jax.random.categorical(key_pick, out.log_weights)]
+    return jnp.where(jnp.isfinite(jnp.max(out.log_weights)), z, jnp.nan), out.log_weights
 
 
 def warn_if_not_finite(guide_name, draws, method, num_draws):

@@ -74,4 +74,5 @@ def jit_by_leaves(fn):
             cache[key] = jax.jit(call)
         return cache[key](dynamic)
 
+    wrapped.cache = cache  # one compiled program per static configuration
     return wrapped

@@ -1,0 +1,67 @@
+"""Importance draws in fixed chunks: one compiled program per guide and data.
+
+Every query that draws end points by weight (``sample_posterior(method="importance")`` of
+any size, ``transport_check`` and the self-check behind the first ``q0`` draws, the
+summaries of a guide whose ``posterior_method`` is ``"importance"``) runs particle systems
+``CHUNK`` at a time through the same program, instead of compiling one program per number
+of draws. Each draw keeps its own key (``jax.random.split(rng_key, S)``), so the draws equal
+those of one program over all ``S``.
+"""
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from numpyro_dais import _sampling
+from numpyro_dais.engine import psis
+
+#: particle systems per call of the shared program (the self-check's draw count)
+CHUNK = 256
+
+
+class Systems(NamedTuple):
+    """``S`` particle systems: ``z (S, D)`` one flat end point of each, picked by final
+    weight (NaN where every particle diverged); ``draws`` the same constrained (a dict of
+    site values, deterministic sites included); ``log_weights (S, N)`` each system's."""
+
+    z: jax.Array
+    draws: dict
+    log_weights: jax.Array
+
+
+def applies(rng_key, batch_size, mesh) -> bool:
+    """Whether a query runs in chunks: not when the caller bounds memory (``batch_size``) or
+    splits the draws over a ``mesh`` (their own programs), nor under an outer ``jit``."""
+    return batch_size is None and mesh is None and not isinstance(rng_key, jax.core.Tracer)
+
+
+def _program(guide, key_data, fitted, params, args, kwargs) -> Systems:
+    draw = lambda key: _sampling.importance_system(guide, key, fitted, args, kwargs)
+    z, log_weights = jax.vmap(draw)(jax.random.wrap_key_data(key_data))
+    return Systems(z, guide._constrain(z, params, args, kwargs), log_weights)
+
+
+def importance(guide, rng_key, fitted, params, args, kwargs, num_systems: int) -> Systems:
+    """:class:`Systems` for ``num_systems`` keys split from ``rng_key``, ``CHUNK`` per call
+    of the guide's one compiled program. The keys are split once on the host, for a multiple
+    of ``CHUNK``: under JAX's default (partitionable) threefry the first ``num_systems`` equal
+    ``jax.random.split(rng_key, num_systems)``. The chunks are joined on the host, so a new
+    number of draws compiles nothing but the key split."""
+    total = math.ceil(num_systems / CHUNK) * CHUNK
+    key_data = np.asarray(jax.random.key_data(jax.random.split(rng_key, total)))
+    program = guide._compiled(functools.partial(_program, guide), "importance_chunk")
+    chunks = [
+        jax.device_get(program(key_data[i : i + CHUNK], fitted, params, args, kwargs))
+        for i in range(0, total, CHUNK)
+    ]
+    return jax.tree.map(lambda *xs: jnp.asarray(np.concatenate(xs)[:num_systems]), *chunks)
+
+
+@jax.jit
+def pareto_k(log_weights):
+    """Pareto ``k̂`` of all of ``log_weights`` pooled (compiled once per size)."""
+    return psis.pareto_k(jnp.reshape(log_weights, -1)).k
