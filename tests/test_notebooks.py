@@ -37,7 +37,9 @@ NOT_YET_EXECUTED: set[str] = set()
 
 def test_notebooks_are_stored_with_the_outputs_of_a_full_run():
     """The docs site renders the notebooks as stored: each is stored executed top to bottom
-    (every code cell, in order) in its full mode, with its figures."""
+    (every code cell, in order) in its full mode, with its figures, and with nothing on
+    stderr (a warning renders as a red box: remove its cause, or filter that one warning in
+    the notebook, as the first cell does for tqdm's "IProgress not found")."""
     for path in NOTEBOOKS:
         nb = json.loads(path.read_text(encoding="utf-8"))
         code = [c for c in nb["cells"] if c["cell_type"] == "code"]
@@ -48,6 +50,8 @@ def test_notebooks_are_stored_with_the_outputs_of_a_full_run():
         assert counts == list(range(1, len(code) + 1)), f"{path.name}: run it top to bottom"
         outputs = [o for c in code for o in c["outputs"]]
         assert not [o for o in outputs if o["output_type"] == "error"], path.name
+        stderr = [o for o in outputs if o["output_type"] == "stream" and o["name"] == "stderr"]
+        assert not stderr, f"{path.name} stores stderr output: {''.join(stderr[0]['text'])[:200]}"
         assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name}: no figure"
 
 
