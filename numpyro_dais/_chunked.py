@@ -33,10 +33,12 @@ class Systems(NamedTuple):
     log_weights: jax.Array
 
 
-def applies(rng_key, batch_size, mesh) -> bool:
+def applies(rng_key, fitted, batch_size, mesh) -> bool:
     """Whether a query runs in chunks: not when the caller bounds memory (``batch_size``) or
-    splits the draws over a ``mesh`` (their own programs), nor under an outer ``jit``."""
-    return batch_size is None and mesh is None and not isinstance(rng_key, jax.core.Tracer)
+    splits the draws over a ``mesh`` (their own programs), nor under an outer ``jit`` (a
+    traced key or traced parameters)."""
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((rng_key, fitted)))
+    return batch_size is None and mesh is None and not traced
 
 
 def _program(guide, key_data, fitted, params, args, kwargs) -> Systems:

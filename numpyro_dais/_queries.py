@@ -80,7 +80,8 @@ class PosteriorQueries:
             args, kwargs = self._data(args, kwargs, method)
         else:
             check_q0_once(self, params)
-        if method == "importance" and _chunked.applies(rng_key, plan.batch_size, plan.mesh):
+        chunked = _chunked.applies(rng_key, fitted, plan.batch_size, plan.mesh)
+        if method == "importance" and chunked:
             out = _chunked.importance(self, rng_key, fitted, params, args, kwargs, plan.num_draws)
             draws, k = self._shape_draws(out.draws, plan), _chunked.pareto_k(out.log_weights)
         else:
@@ -210,7 +211,7 @@ class PosteriorQueries:
         batch_size = check_batch_size(batch_size)
         fitted = self._params_from(params)
         args, kwargs = self._data(args, kwargs, "importance")
-        if _chunked.applies(rng_key, batch_size, None):
+        if _chunked.applies(rng_key, fitted, batch_size, None):
             out = _chunked.importance(self, rng_key, fitted, params, args, kwargs, num_samples)
             end = out.z
         else:
@@ -256,7 +257,7 @@ class PosteriorQueries:
         args, kwargs = self._data(args, kwargs, self.posterior_method)
         fitted = self._params_from(params)
         method, key = self.posterior_method, jax.random.key(0)
-        if method == "importance":
+        if method == "importance" and _chunked.applies(key, fitted, None, None):
             return _chunked.importance(self, key, fitted, params, args, kwargs, SUMMARY_DRAWS).z
         draw = self._compiled(self._draw)
         return draw(key, fitted, args, kwargs, method, SUMMARY_DRAWS)
