@@ -37,12 +37,13 @@ class GuideTemplate:
     _weight_site = "log_weight"
 
     def _latent_sample(self, *args, **kwargs):
-        """The training-call protocol every flat guide shares (numpyro's ``_sample_latent``,
-        bridged in :mod:`numpyro_dais._numpyro`), filled in by the hooks below: outside a loss
-        (e.g. ``Predictive``) one posterior draw; under ``svi.init``, which keeps only the
-        parameters and a latent value, a cheap draw and a zero weight; in a loss, the guide's
-        objective (one compiled program when the guide runs eagerly), whose log weight enters
-        the ELBO as a factor site. Returns the flat latent ``z (D,)`` handed to the model."""
+        """The training-call protocol every flat guide shares (a NumPyro guide call's
+        flat latent, bridged in :mod:`numpyro_dais._numpyro`), filled in by the hooks below:
+        outside a loss (e.g. ``Predictive``) one posterior draw; under ``svi.init``, which
+        keeps only the parameters and a latent value, a cheap draw and a zero weight; in a
+        loss, the guide's objective (one compiled program when the guide runs eagerly), whose
+        log weight enters the ELBO as a factor site. Returns the flat latent ``z (D,)``
+        handed to the model."""
         kwargs.pop("sample_shape", None)
         rng_key = numpyro.prng_key()
         call = self._read_params(args, kwargs)
