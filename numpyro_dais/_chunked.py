@@ -17,7 +17,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from numpyro_dais import _sampling
-from numpyro_dais.engine import psis
 
 #: particle systems per call of the shared program (the self-check's draw count)
 CHUNK = 256
@@ -33,11 +32,11 @@ class Systems(NamedTuple):
     log_weights: jax.Array
 
 
-def applies(rng_key, fitted, batch_size, mesh) -> bool:
+def applies(batch_size, mesh, *operands) -> bool:
     """Whether a query runs in chunks: not when the caller bounds memory (``batch_size``) or
-    splits the draws over a ``mesh`` (their own programs), nor under an outer ``jit`` (a
-    traced key or traced parameters)."""
-    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((rng_key, fitted)))
+    splits the draws over a ``mesh`` (their own programs), nor under an outer ``jit`` (any
+    traced leaf of ``operands``: the key, the parameters, the data)."""
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(operands))
     return batch_size is None and mesh is None and not traced
 
 
@@ -52,18 +51,14 @@ def importance(guide, rng_key, fitted, params, args, kwargs, num_systems: int) -
     of the guide's one compiled program. The keys are split once on the host, for a multiple
     of ``CHUNK``: under JAX's default (partitionable) threefry the first ``num_systems`` equal
     ``jax.random.split(rng_key, num_systems)``. The chunks are joined on the host, so a new
-    number of draws compiles nothing but the key split."""
+    number of draws compiles nothing but the key split. Every chunk is dispatched before the
+    first is fetched, so the device is not left idle between chunks."""
     total = math.ceil(num_systems / CHUNK) * CHUNK
     key_data = np.asarray(jax.random.key_data(jax.random.split(rng_key, total)))
     program = guide._compiled(functools.partial(_program, guide), "importance_chunk")
     chunks = [
-        jax.device_get(program(key_data[i : i + CHUNK], fitted, params, args, kwargs))
+        program(key_data[i : i + CHUNK], fitted, params, args, kwargs)
         for i in range(0, total, CHUNK)
     ]
+    chunks = jax.device_get(chunks)
     return jax.tree.map(lambda *xs: jnp.asarray(np.concatenate(xs)[:num_systems]), *chunks)
-
-
-@jax.jit
-def pareto_k(log_weights):
-    """Pareto ``k̂`` of all of ``log_weights`` pooled (compiled once per size)."""
-    return psis.pareto_k(jnp.reshape(log_weights, -1)).k

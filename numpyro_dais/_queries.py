@@ -23,7 +23,7 @@ from numpyro_dais._checks import (
     check_positive_int,
 )
 from numpyro_dais._selfcheck import check_q0_once, transport_verdict
-from numpyro_dais.engine import dais0, gaussian, psis
+from numpyro_dais.engine import dais0, gaussian
 from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransitionParams, TransportReport
 
 POSTERIOR_METHODS = ("q0", "dais", "importance", "psis")
@@ -80,10 +80,11 @@ class PosteriorQueries:
             args, kwargs = self._data(args, kwargs, method)
         else:
             check_q0_once(self, params)
-        chunked = _chunked.applies(rng_key, fitted, plan.batch_size, plan.mesh)
-        if method == "importance" and chunked:
+        operands = (rng_key, fitted, args, kwargs)
+        if method == "importance" and _chunked.applies(plan.batch_size, plan.mesh, *operands):
             out = _chunked.importance(self, rng_key, fitted, params, args, kwargs, plan.num_draws)
-            draws, k = self._shape_draws(out.draws, plan), _chunked.pareto_k(out.log_weights)
+            draws = self._shape_draws(out.draws, plan)
+            k = _sampling.pooled_pareto_k(out.log_weights)
         else:
             run = self._compiled(self._sample_posterior)
             draws, k = run(rng_key, fitted, params, args, kwargs, plan, method)
@@ -99,7 +100,7 @@ class PosteriorQueries:
         latents, log_w = _sampling.weighted_draws(
             self, rng_key, fitted, args, kwargs, method, plan.num_draws, plan.batch_size, plan.mesh
         )
-        k = None if log_w is None else psis.pareto_k(jnp.reshape(log_w, -1)).k
+        k = None if log_w is None else _sampling.pooled_pareto_k(log_w)
         return self._finish_draws(latents, params, args, kwargs, plan), k
 
     def log_evidence(
@@ -211,7 +212,7 @@ class PosteriorQueries:
         batch_size = check_batch_size(batch_size)
         fitted = self._params_from(params)
         args, kwargs = self._data(args, kwargs, "importance")
-        if _chunked.applies(rng_key, fitted, batch_size, None):
+        if _chunked.applies(batch_size, None, rng_key, fitted, args, kwargs):
             out = _chunked.importance(self, rng_key, fitted, params, args, kwargs, num_samples)
             end = out.z
         else:
@@ -257,7 +258,7 @@ class PosteriorQueries:
         args, kwargs = self._data(args, kwargs, self.posterior_method)
         fitted = self._params_from(params)
         method, key = self.posterior_method, jax.random.key(0)
-        if method == "importance" and _chunked.applies(key, fitted, None, None):
+        if method == "importance" and _chunked.applies(None, None, key, fitted, args, kwargs):
             return _chunked.importance(self, key, fitted, params, args, kwargs, SUMMARY_DRAWS).z
         draw = self._compiled(self._draw)
         return draw(key, fitted, args, kwargs, method, SUMMARY_DRAWS)

@@ -130,6 +130,13 @@ def importance_system(guide, key, fitted, args, kwargs):
     return jnp.where(jnp.isfinite(jnp.max(out.log_weights)), z, jnp.nan), out.log_weights
 
 
+@jax.jit
+def pooled_pareto_k(log_weights):
+    """Pareto ``k̂`` of all of ``log_weights`` pooled into one sample (compiled once per
+    size; inlined under an outer ``jit``)."""
+    return psis.pareto_k(jnp.reshape(log_weights, -1)).k
+
+
 def warn_if_not_finite(guide_name, draws, method, num_draws):
     """Warn when annealed draws are not finite (every particle of their system diverged),
     with the fix; nothing under ``jit``."""

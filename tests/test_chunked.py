@@ -42,14 +42,19 @@ def test_every_draw_count_reuses_one_program():
 
 def test_applies_only_where_the_caller_chose_no_batch_or_mesh():
     key = jax.random.key(0)
-    assert _chunked.applies(key, (), None, None)
-    assert not _chunked.applies(key, (), 8, None)
-    assert not _chunked.applies(key, (), None, object())
+    assert _chunked.applies(None, None, key, ())
+    assert not _chunked.applies(8, None, key, ())
+    assert not _chunked.applies(None, object(), key, ())
 
 
 def test_importance_draws_under_an_outer_jit_take_one_program():
-    """Traced parameters (a user's ``jit`` around ``sample_posterior``): no host loop."""
+    """A user's ``jit`` around ``sample_posterior``, over the parameters or over the data: no
+    host loop (it would fetch tracers), the same draws."""
     guide, params, y = _guide_and_params()
     key = jax.random.key(5)
-    draw = lambda p: guide.sample_posterior(key, p, y, sample_shape=(40,), method="importance")
-    np.testing.assert_allclose(jax.jit(draw)(params)["z"], draw(params)["z"], rtol=1e-5, atol=1e-6)
+    draw = lambda p, y: guide.sample_posterior(key, p, y, sample_shape=(40,), method="importance")
+    eager = draw(params, y)["z"]
+    over_params = jax.jit(lambda p: draw(p, y))(params)["z"]
+    over_data = jax.jit(lambda y: draw(params, y))(y)["z"]
+    for z in (over_params, over_data):
+        np.testing.assert_allclose(z, eager, rtol=1e-5, atol=1e-6)
