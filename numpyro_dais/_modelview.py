@@ -5,6 +5,7 @@ the *current* values of the model's ``numpyro.param`` sites (:func:`log_joint`).
 """
 
 import contextlib
+import warnings
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -100,6 +101,26 @@ def subsampled_plates(trace) -> dict:
         name: (size, b)
         for name, (size, b) in data_plates(trace).items()
         if isinstance(b, int) and b < size
+    }
+
+
+@contextlib.contextmanager
+def substituted_plates():
+    """Silence numpyro's warning for a plate whose indices are substituted with a set of
+    another size than its ``subsample_size`` (a given set of members, or all of them)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "subsample_size does not match", UserWarning)
+        yield
+
+
+def partial_plates(trace) -> dict:
+    """Plates whose run covers fewer than all their members (the indices drawn, or
+    substituted, e.g. ``handlers.substitute(data={name: jnp.arange(Nd)})`` covers all):
+    ``{name: (Nd, len(indices))}``."""
+    return {
+        name: (site["args"][0], len(site["value"]))
+        for name, site in trace.items()
+        if site["type"] == "plate" and len(site["value"]) < site["args"][0]
     }
 
 

@@ -175,8 +175,7 @@ def log_evidence(guide, rng_key, fitted, args, kwargs, num_particles, batch_size
     of each system's final weights, the largest reported)."""
     if guide._sampler.resampling is None:
         weights_of = lambda k, n: run(guide, k, fitted, args, kwargs, n, "target").log_weights
-        log_w = map_chunks(weights_of, rng_key, num_particles, batch_size, mesh)
-        se = weights.log_mean_exp_se(log_w)
+        return evidence_of(map_chunks(weights_of, rng_key, num_particles, batch_size, mesh))
     else:
         size = num_particles if batch_size is None else min(batch_size, num_particles)
 
@@ -189,7 +188,11 @@ def log_evidence(guide, rng_key, fitted, args, kwargs, num_particles, batch_size
         k = jnp.max(psis.pareto_k(log_w).k)  # each system's final weights
         log_w, se = log_w.reshape(-1)[:num_particles], weights.combine_se(log_Z, se)
         return LogEvidence(weights.log_mean_exp(log_w), weights.ess(log_w), se, k)
-    k = psis.pareto_k(log_w).k
+
+
+def evidence_of(log_w) -> LogEvidence:
+    """:class:`LogEvidence` of i.i.d. log weights ``(S,)``, each with expectation ``p(x)``."""
+    se, k = weights.log_mean_exp_se(log_w), psis.pareto_k(log_w).k
     return LogEvidence(weights.log_mean_exp(log_w), weights.ess(log_w), se, k)
 
 

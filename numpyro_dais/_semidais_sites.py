@@ -16,6 +16,7 @@ from numpyro import handlers
 from numpyro.distributions import biject_to
 from numpyro.distributions.util import sum_rightmost
 
+from numpyro_dais._modelview import substituted_plates
 from numpyro_dais.engine import curvature, weights
 
 
@@ -168,7 +169,7 @@ def _per_member(lay: Layout, log_prob, dim) -> jax.Array:
     """Sum a site's ``log_prob`` (batch shape, the plate at ``dim``) over every axis but the
     plate's: ``(B,)``."""
     lp = jnp.moveaxis(jnp.asarray(log_prob), dim, 0)
-    return jnp.sum(jnp.reshape(lp, (lay.batch, -1)), axis=-1)
+    return jnp.sum(jnp.reshape(lp, (lp.shape[0], -1)), axis=-1)
 
 
 def member_log_density(local_model, local_args, local_kwargs, trace, lay, idx, params, u):
@@ -180,11 +181,11 @@ def member_log_density(local_model, local_args, local_kwargs, trace, lay, idx, p
     local latent in an admissible model)."""
     values, log_det = constrain(trace, lay, u)
     data = {**params, **values, lay.plate: idx}
-    with handlers.block():
+    with handlers.block(), substituted_plates():
         tr = handlers.trace(handlers.substitute(local_model, data=data)).get_trace(
             *local_args, **local_kwargs
         )
-    total = jnp.zeros(lay.batch)
+    total = jnp.zeros(idx.shape[0])
     for name, site in tr.items():
         if site["type"] != "sample":
             continue

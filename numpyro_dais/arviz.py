@@ -14,7 +14,7 @@ from numpyro import handlers
 from numpyro.infer import log_likelihood as numpyro_log_likelihood
 
 from numpyro_dais import _numpyro
-from numpyro_dais._modelview import subsampled_plates
+from numpyro_dais._modelview import partial_plates, substituted_plates
 
 
 def _with_params(model, params):
@@ -169,10 +169,11 @@ def to_inference_data(
         model=model,
         batch_size=batch_size,
     )
-    chains = [
-        _one_chain(g, p, k, args, kwargs, **options)
-        for g, p, k in zip(guides, params, chain_keys, strict=True)
-    ]
+    with substituted_plates():  # a plate's indices may be fixed to all its members
+        chains = [
+            _one_chain(g, p, k, args, kwargs, **options)
+            for g, p, k in zip(guides, params, chain_keys, strict=True)
+        ]
     first = chains[0]
     groups = {
         "posterior": _stack([c["posterior"] for c in chains]),
@@ -228,12 +229,13 @@ def _one_chain(
     model = _with_params(model, params)
     first = {k: v[0] for k, v in draws.items()}
     trace = handlers.trace(handlers.seed(_with_latents(model, first), 0)).get_trace(*args, **kwargs)
-    subsampled = list(subsampled_plates(trace))
+    subsampled = list(partial_plates(trace))
     if subsampled and (log_likelihood or posterior_predictive):
         raise ValueError(
             f"The model subsamples plate(s) {subsampled}: the log likelihood and observed data "
             "would cover one mini-batch. Pass the full-data model, e.g. "
-            "`to_inference_data(guide, params, X, y, model=full_model)`."
+            "`to_inference_data(guide, params, X, y, model=full_model)`, or fix the plate's "
+            "indices to all members: `with handlers.substitute(data={plate: jnp.arange(N)}):`."
         )
     observed = {n: s["value"] for n, s in trace.items() if _is_sample(s) and s["is_observed"]}
     latents = {n: v for n, v in draws.items() if n in trace and _is_sample(trace[n])}

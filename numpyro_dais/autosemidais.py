@@ -31,6 +31,7 @@ from numpyro_dais import _numpyro, _objective
 from numpyro_dais import _semidais_sites as sites
 from numpyro_dais._checks import check_positive_float, check_positive_int, check_step_sizes
 from numpyro_dais._reporting import report_diverged
+from numpyro_dais._semidais_queries import SemiDAISQueries
 from numpyro_dais._setup import step_bounds
 from numpyro_dais.engine import dais, gaussian, transitions, weights
 from numpyro_dais.engine.annealing import betas_from_increments
@@ -38,7 +39,7 @@ from numpyro_dais.engine.annealing import betas_from_increments
 __all__ = ["AutoSemiDAIS"]
 
 
-class AutoSemiDAIS(_numpyro.AutoGuideBridge):
+class AutoSemiDAIS(SemiDAISQueries, _numpyro.AutoGuideBridge):
     """Semi-DAIS guide: ``global_guide`` for the global latents, a DAIS chain of ``K``
     transitions (our engine's, vmapped over the plate's members) for each member's local
     latents. Under ``SVI(model, guide, optim, Trace_ELBO())`` the loss is minus the
@@ -285,7 +286,8 @@ class AutoSemiDAIS(_numpyro.AutoGuideBridge):
         # the local guide's params go to the optimiser; its draws are not the guide's
         with handlers.block(hide_fn=lambda msg: msg["type"] != "param"):
             with handlers.substitute(data={lay.plate: idx}), handlers.trace() as tr:
-                seeded(*local_args, **local_kwargs)
+                with sites.substituted_plates():
+                    seeded(*local_args, **local_kwargs)
         loc, scale = {}, {}
         for s in lay.sites:
             base = sites.normal_base(type(self).__name__, tr[s.name]["fn"], s.name)
@@ -298,7 +300,8 @@ class AutoSemiDAIS(_numpyro.AutoGuideBridge):
         """Run the chains on the plate's batch; emit the local sites and the log weights."""
         lay = self._layout
         params = {k: numpyro.param(k, value, **kw) for k, (value, kw) in self._local_params.items()}
-        plate = numpyro.plate(lay.plate, lay.size, subsample_size=lay.batch, dim=lay.dim)
+        with sites.substituted_plates():  # a given set of members, any size
+            plate = numpyro.plate(lay.plate, lay.size, subsample_size=lay.batch, dim=lay.dim)
         with plate as idx:  # the batch, drawn or substituted; q0 is built outside the plate
             pass
         q0 = self._base(idx, local_args, local_kwargs)
@@ -361,29 +364,6 @@ class AutoSemiDAIS(_numpyro.AutoGuideBridge):
         members = jax.vmap(chain, axis_name=sites.MEMBERS)
         z0, log_q0_z0, z, log_w, diverged = members(keys, q0.loc, q0.scale, anneal)
         return Chains(z0, log_q0_z0, z, log_w, diverged.astype(z.dtype))
-
-    # -- posterior --------------------------------------------------------------------------
-
-    def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs):
-        """Draws of the global latents (global guide) and of the local latents of the
-        plate's batch (the chains' end points). For a given subset of the plate, run it
-        under ``handlers.substitute(data={plate_name: indices})``."""
-        with handlers.seed(rng_seed=rng_key), handlers.substitute(data=params):
-            self._set_up_once(args, kwargs)
-        names = sites.latent_names(self.prototype_trace)
-
-        def one(key):
-            with handlers.trace() as tr, handlers.seed(rng_seed=key):
-                with handlers.substitute(data=params):
-                    self(*args, **kwargs)
-            return {k: s["value"] for k, s in tr.items() if s["type"] == "sample" and k in names}
-
-        shape = tuple(sample_shape)
-        if not shape:
-            return one(rng_key)
-        keys = jax.random.split(rng_key, int(np.prod(shape)))
-        draws = jax.vmap(one)(keys)
-        return jax.tree.map(lambda x: jnp.reshape(x, shape + jnp.shape(x)[1:]), draws)
 
 
 class Chains(NamedTuple):

@@ -211,6 +211,8 @@ SLOW = (
     "tests/test_autosemidais.py::test_vae_smoke_with_an_encoder_base",
     "tests/test_autosemidais.py::test_sample_posterior_on_a_given_subset_and_predictive",
     "tests/test_autosemidais.py::test_langevin_kernel_trains",
+    "tests/test_autosemidais.py::test_log_evidence_of_a_trained_guide_brackets_the_exact_value",
+    "tests/test_autosemidais.py::test_draws_for_any_set_of_members_and_arviz_export",
     "tests/test_autosemidais.py::test_diverged_chains_fall_back_warn_and_shrink_their_steps",
     "tests/test_autosemidais.py::test_default_step_sizes_come_from_the_local_curvature",
     "tests/test_autosemidais.py::test_divergence_reports_can_be_turned_off",

@@ -307,6 +307,52 @@ def test_sample_posterior_on_a_given_subset_and_predictive():
     assert out["x"].shape == (3, 4)
 
 
+def test_log_evidence_covers_the_whole_plate_and_is_exact_when_every_stage_is_exact():
+    # trained on batches of 3, the evidence runs one chain for each of the N members: with
+    # q(θ) exact and q0_n = p(z_n | x_n, θ), every weight is p(x) up to the leapfrog's
+    # O(η²) energy error (η = 0.01), so log_Z is log p(x) to float32 round-off and every
+    # particle counts (ESS = S); chunks of 32 change nothing of that
+    model, guide = semidais(3, exact_base=True, eta_init=0.01, eta_max=0.1)
+    exact = {"theta_auto_loc": THETA_LOC, "theta_auto_scale": THETA_SCALE}
+    params = initial_params(model, guide, **exact)
+    for batch_size in (None, 32):
+        ev = guide.log_evidence(jax.random.key(3), params, num_particles=100, batch_size=batch_size)
+        np.testing.assert_allclose(ev.log_Z, LOG_Z, atol=2e-3)
+        np.testing.assert_allclose(ev.ess, 100, rtol=1e-3)
+        assert ev.se < 1e-3
+
+
+def test_log_evidence_of_a_trained_guide_brackets_the_exact_value():
+    # a plain per-member base after 600 steps: log_Z estimates log p(x) (biased low by
+    # about se²/2); 6 se + 0.05 covers the estimate's error and the bias (se is itself
+    # estimated from the 1000 weights)
+    model, guide = semidais(4, K=4)
+    params = train(model, guide, 600).params
+    ev = guide.log_evidence(jax.random.key(3), params, num_particles=1000)
+    assert abs(float(ev.log_Z) - LOG_Z) < 6 * float(ev.se) + 0.05
+    assert float(ev.ess) > 10
+
+
+def test_draws_for_any_set_of_members_and_arviz_export():
+    model, guide = semidais(3)
+    params = train(model, guide, 5).params
+    with handlers.substitute(data={"N": jnp.arange(N)}), warnings.catch_warnings():
+        warnings.simplefilter("error")  # the guide's own plate must not warn
+        draws = guide.sample_posterior(jax.random.key(1), params, sample_shape=(5,))
+    assert draws["z"].shape == (5, N)
+    az = pytest.importorskip("arviz")
+    from numpyro_dais import to_inference_data
+
+    with pytest.raises(ValueError, match="jnp.arange"):
+        to_inference_data(guide, params, num_samples=10)
+    with handlers.substitute(data={"N": jnp.arange(N)}):
+        data = to_inference_data(guide, params, num_samples=10, evidence_particles=50)
+    assert data.posterior["z"].shape == (1, 10, N)
+    assert data.log_likelihood["x"].shape == (1, 10, N)
+    assert np.isfinite(data.posterior.attrs["log_Z"])
+    assert az.summary(data, var_names=["theta"]).shape[0] == 1
+
+
 def test_langevin_kernel_trains():
     model, guide = semidais(4, kernel="langevin")
     result = train(model, guide, 10)

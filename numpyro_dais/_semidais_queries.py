@@ -1,0 +1,85 @@
+"""Posterior queries of ``AutoSemiDAIS``: draws for a set of the plate's members and the
+evidence ``log p(x)`` over the whole plate.
+
+Given ``θ ~ q(θ)``, one chain per member ``n`` gives ``w_n`` with ``E[w_n | θ] = p(x_n | θ)``,
+so ``w = p(θ) Π_n w_n / q(θ)`` (all ``N`` members) has ``E[w] = p(x)``: the evidence is the
+log-mean-exp of independent such weights, as for AutoDAIS. One weight is minus the loss of
+one full-plate draw (``Trace_ELBO`` with the plate's indices fixed to all members).
+
+Reference: Jankowiak & Phan (2022), "Surrogate likelihoods for variational annealed
+importance sampling", §7.6 and appendix A.1.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro import handlers
+from numpyro.infer import Trace_ELBO
+
+from numpyro_dais import _sampling
+from numpyro_dais import _semidais_sites as sites
+from numpyro_dais._checks import check_batch_size, check_positive_int
+from numpyro_dais._vectorise import jit_by_leaves, map_chunks
+from numpyro_dais.results import LogEvidence
+
+
+class SemiDAISQueries:
+    """``sample_posterior`` and ``log_evidence`` of :class:`~numpyro_dais.AutoSemiDAIS`."""
+
+    def sample_posterior(self, rng_key, params, *args, sample_shape=(), **kwargs):
+        """Draws of the global latents (global guide) and of the local latents of the
+        plate's batch (the chains' end points). For a given set of the plate's members (of
+        any size; ``jnp.arange(N)`` for all), run it under
+        ``handlers.substitute(data={plate_name: indices})``."""
+        self._set_up_with(rng_key, params, args, kwargs)
+        names = sites.latent_names(self.prototype_trace)
+
+        def one(key):
+            with handlers.trace() as tr, handlers.seed(rng_seed=key):
+                with handlers.substitute(data=params):
+                    self(*args, **kwargs)
+            return {k: s["value"] for k, s in tr.items() if s["type"] == "sample" and k in names}
+
+        shape = tuple(sample_shape)
+        if not shape:
+            return one(rng_key)
+        keys = jax.random.split(rng_key, int(np.prod(shape)))
+        draws = jax.vmap(one)(keys)
+        return jax.tree.map(lambda x: jnp.reshape(x, shape + jnp.shape(x)[1:]), draws)
+
+    def log_evidence(
+        self, rng_key, params, *args, num_particles=1000, batch_size=None, **kwargs
+    ) -> LogEvidence:
+        """Estimate ``log p(x)`` from ``num_particles`` weights, each from one draw
+        ``θ ~ q(θ)`` and one chain per member of the **whole** plate (``N`` chains, whatever
+        the training batch), in chunks of at most ``batch_size`` weights (memory
+        ``batch_size · N`` chains).
+
+        Returns ``LogEvidence(log_Z, ess, se, pareto_k)`` as ``AutoDAIS.log_evidence``: the
+        estimate is biased low by about ``se² / 2``, and a ``RuntimeWarning`` says when the
+        weights' Pareto ``k̂`` makes it unreliable.
+        """
+        num_particles = check_positive_int("num_particles", num_particles)
+        batch_size = check_batch_size(batch_size)
+        self._set_up_with(rng_key, params, args, kwargs)
+        if getattr(self, "_evidence_fn", None) is None:
+            self._evidence_fn = jit_by_leaves(self._log_evidence)
+        out = self._evidence_fn(rng_key, params, args, kwargs, num_particles, batch_size)
+        what = f"log_evidence's weights (S = {num_particles})"
+        _sampling.warn_if_heavy_tailed(type(self).__name__, out.pareto_k, num_particles, what)
+        return out
+
+    def _log_evidence(self, rng_key, params, args, kwargs, num_particles, batch_size):
+        everyone = {self._layout.plate: jnp.arange(self._layout.size)}
+
+        def weight(key):
+            with sites.substituted_plates(), handlers.substitute(data=everyone):
+                return -Trace_ELBO().loss(key, params, self.model, self, *args, **kwargs)
+
+        weights_of = lambda key, n: jax.vmap(weight)(jax.random.split(key, n))
+        log_w = map_chunks(weights_of, rng_key, num_particles, batch_size)
+        return _sampling.evidence_of(log_w)
+
+    def _set_up_with(self, rng_key, params, args, kwargs):
+        with handlers.seed(rng_seed=rng_key), handlers.substitute(data=params):
+            self._set_up_once(args, kwargs)
