@@ -43,7 +43,8 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, _numpyro.AutoGuideBridge):
     latents. Under ``SVI(model, guide, optim, Trace_ELBO())`` the loss is minus the
     Semi-DAIS bound (value and gradient), with the plate subsampled or not.
 
-    A drop-in for numpyro's ``AutoSemiDAIS`` (same arguments and meaning) plus ``kernel``.
+    A drop-in for numpyro's ``AutoSemiDAIS`` (same arguments and meaning) plus
+    ``num_particles``, ``kernel`` and ``report_divergences``.
 
     :param model: a NumPyro model with global latents outside one local plate and local
         latents inside it.
@@ -70,6 +71,10 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, _numpyro.AutoGuideBridge):
         and the model has several plates.
     :param bool use_global_dais_params: one set of annealing parameters for all members
         (``True``) or one per member of the full plate (``False``, the default).
+    :param int num_particles: chains per member ``P``: the member's term is
+        ``log (1/P) Σ_i w_{n,i}``, a tighter bound of ``log p(x_n | θ)`` (IWAE per member; the
+        bound stays unbiased under subsampling), and the local draws are resampled by those
+        weights; the cost grows as ``P``. 1 (the default) is numpyro's.
     :param str kernel: ``"hmc"`` (uncorrected HMC, partial momentum refresh) or
         ``"langevin"``.
     :param str prefix: prefix of the parameter names (``{prefix}_step_size``, ...).
@@ -94,6 +99,7 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, _numpyro.AutoGuideBridge):
         subsample_plate=None,
         use_global_dais_params=False,
         *,
+        num_particles=1,
         kernel="hmc",
         prefix="auto",
         forward_mode_differentiation=False,
@@ -101,6 +107,7 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, _numpyro.AutoGuideBridge):
     ):
         self.report_divergences = bool(report_divergences)
         self.K = check_positive_int("K", K)
+        self.num_particles = check_positive_int("num_particles", num_particles)
         check_step_sizes(eta_init, eta_max)
         if not 0 < gamma_init < 1:
             raise ValueError(f"`gamma_init` must lie in (0, 1), got {gamma_init!r}.")
@@ -221,12 +228,9 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, _numpyro.AutoGuideBridge):
         q0, anneal = weights.zero_nonfinite_grads((q0, anneal))
         with plate:
             rng_key = numpyro.prng_key()
-            out = self._chains(rng_key, q0, anneal, idx, params, local_args, local_kwargs)
-            # a diverged chain's end is garbage: its member keeps its start, z_0, for this
-            # step, and its term is the K = 0 bound (finite loss, finite gradients)
-            bad = out.diverged[:, None] > 0
-            z = jnp.where(bad, out.z0, out.z)
-            log_w = jnp.where(bad[:, 0], -out.log_q0_z0, out.log_w)
+            chain_key, select_key = jax.random.split(rng_key)
+            out = self._chains(chain_key, q0, anneal, idx, params, local_args, local_kwargs)
+            z, log_w, bad = member_terms(select_key, out)
             values, log_det = sites.constrain(self.prototype_trace, lay, z)
             result = {}
             for s in lay.sites:
@@ -234,9 +238,10 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, _numpyro.AutoGuideBridge):
                     values[s.name], log_density=-log_det[s.name], event_dim=s.event_dim
                 )
                 result[s.name] = numpyro.sample(s.name, delta)
-            log_w = log_w + jax.vmap(_objective.divergence_brake)(step_sizes, out.diverged)
+            fraction = jnp.mean(bad, axis=-1)
+            log_w = log_w + jax.vmap(_objective.divergence_brake)(step_sizes, fraction)
             if self.report_divergences:  # adds 0.0: the loss keeps the check in the program
-                log_w = log_w + self._report(out.diverged)
+                log_w = log_w + self._report(bad)
             log_w = jnp.reshape(log_w, (-1,) + (1,) * (-lay.dim - 1))
             _numpyro.emit_log_weight(f"{self.prefix}_local_dais_factor", -log_w)
         return result
@@ -247,42 +252,65 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, _numpyro.AutoGuideBridge):
             f"and {self._step_bounds[1]:.3g}) below the local posterior's scale."
         )
         name = type(self).__name__
-        return report_diverged(name, jnp.sum(diverged), diverged.shape[0], info, fell_back=True)
+        return report_diverged(name, jnp.sum(diverged), diverged.size, info, fell_back=True)
 
     def _chains(self, rng_key, q0, anneal, idx, params, local_args, local_kwargs):
-        """One DAIS chain per member (:func:`numpyro_dais.engine.dais.run`, one particle,
+        """``num_particles`` DAIS chains per member (:func:`numpyro_dais.engine.dais.run`,
         vmapped over the batch). Member ``n``'s target is ``ℓ_n``
         (:func:`~numpyro_dais._semidais_sites.member_target`: the batch evaluated once per
-        leapfrog step for all members); the weight omits ``ℓ_n(u_K)``, which the model's own
-        term supplies."""
+        leapfrog step for all members). With one particle the weight omits ``ℓ_n(u_K)``,
+        which the model's own term supplies; with several it is whole."""
         lay, B, trace, model = self._layout, idx.shape[0], self.prototype_trace, self.local_model
+        P = self.num_particles
 
         def log_density(U, operands):
             args, kwargs, params = operands
             return sites.member_log_density(model, args, kwargs, trace, lay, idx, params, U)
 
         log_dynamics = sites.member_target(log_density, (local_args, local_kwargs, params))
-        target = dais.Target(log_dynamics, dais.omit_final)
+        target = dais.Target(log_dynamics, dais.omit_final if P == 1 else None)
 
         def chain(key, loc, scale, anneal_n):
             q0_n = gaussian.Gaussian(loc, scale)
-            out = dais.run(key, q0_n, target, anneal_n, 1, kernel=self._kernel)
-            log_q0_z0 = gaussian.log_prob(q0_n, out.z0[0])
-            return out.z0[0], log_q0_z0, out.z[0], out.log_weights[0], out.num_diverged
+            out = dais.run(key, q0_n, target, anneal_n, P, kernel=self._kernel)
+            log_q0_z0 = gaussian.log_prob(q0_n, out.z0)
+            return Chains(out.z0, log_q0_z0, out.z, out.log_weights, out.log_final_target)
 
         keys = jax.random.split(rng_key, B)
-        members = jax.vmap(chain, axis_name=sites.MEMBERS)
-        z0, log_q0_z0, z, log_w, diverged = members(keys, q0.loc, q0.scale, anneal)
-        return Chains(z0, log_q0_z0, z, log_w, diverged.astype(z.dtype))
+        return jax.vmap(chain, axis_name=sites.MEMBERS)(keys, q0.loc, q0.scale, anneal)
 
 
 class Chains(NamedTuple):
-    """The members' chains: start ``z0 (B, D)`` and ``log_q0_z0 (B,)``, end ``z (B, D)``,
-    ``log_w (B,)`` (without ``ℓ_n(z_K)``; ``-inf`` where diverged), ``diverged (B,)`` (1.0
-    where the chain diverged)."""
+    """The members' chains, ``P`` particles each: start ``z0 (B, P, D)`` and
+    ``log_q0_z0 (B, P)``, end ``z (B, P, D)``, ``log_w (B, P)`` (``-inf`` where diverged)
+    and its final term ``log_final (B, P)`` (``ℓ_n(z_K)``; 0 with one particle, whose
+    weight leaves it to the model)."""
 
     z0: jax.Array
     log_q0_z0: jax.Array
     z: jax.Array
     log_w: jax.Array
-    diverged: jax.Array
+    log_final: jax.Array
+
+
+def member_terms(rng_key, chains: Chains):
+    """Each member's emitted end point ``(B, D)``, its weight without ``ℓ_n`` there
+    ``(B,)`` (the model's own term supplies it), and the diverged particles ``(B, P)``.
+
+    With ``P`` particles the member's term is ``log (1/P) Σ_i w_i`` (an importance-weighted
+    bound of ``p(x_n | θ)``), emitted at one particle drawn by its weight (no gradient
+    through the draw), whose ``ℓ_n`` cancels against the model's. A diverged particle has
+    weight 0; a member whose particles all diverged keeps its first start, ``z_0``, for this
+    step, and its term is the ``K = 0`` bound (finite loss, finite gradients)."""
+    bad = ~jnp.isfinite(chains.log_w)
+    lost = jnp.all(bad, axis=-1)
+    if chains.log_w.shape[-1] == 1:
+        j = jnp.zeros(bad.shape[:1], jnp.int32)
+    else:
+        logits = jax.lax.stop_gradient(jnp.where(lost[:, None], 0.0, chains.log_w))
+        j = jax.random.categorical(rng_key, logits)
+    pick = lambda a: jnp.take_along_axis(a, j.reshape((-1,) + (1,) * (a.ndim - 1)), 1)[:, 0]
+    z = jnp.where(lost[:, None], chains.z0[:, 0], pick(chains.z))
+    safe = jnp.where(lost[:, None], 0.0, chains.log_w)  # no NaN gradients where all are lost
+    log_w = weights.log_mean_exp(safe, axis=-1) - pick(chains.log_final)
+    return z, jnp.where(lost, -chains.log_q0_z0[:, 0], log_w), bad

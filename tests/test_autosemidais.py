@@ -248,7 +248,12 @@ def test_inadmissible_models_raise_clear_errors():
 
 @pytest.mark.parametrize(
     "option, value, match",
-    [("K", 0, "K"), ("eta_init", -0.5, "eta_init"), ("gamma_init", 1.0, "gamma_init")],
+    [
+        ("K", 0, "K"),
+        ("num_particles", 0, "num_particles"),
+        ("eta_init", -0.5, "eta_init"),
+        ("gamma_init", 1.0, "gamma_init"),
+    ],
 )
 def test_bad_options_name_the_argument(option, value, match):
     with pytest.raises(ValueError, match=match):
@@ -351,6 +356,24 @@ def test_draws_for_any_set_of_members_and_arviz_export():
     assert data.log_likelihood["x"].shape == (1, 10, N)
     assert np.isfinite(data.posterior.attrs["log_Z"])
     assert az.summary(data, var_names=["theta"]).shape[0] == 1
+
+
+def test_several_particles_per_member_tighten_the_bound_and_stay_exact():
+    exact = {"theta_auto_loc": THETA_LOC, "theta_auto_scale": THETA_SCALE}
+    # every stage exact: every particle's weight is p(x_n | θ), so the bound is log p(x)
+    model, guide = semidais(N, exact_base=True, eta_init=0.01, eta_max=0.1, num_particles=4)
+    elbos = bounds(model, guide, initial_params(model, guide, **exact), 64)
+    np.testing.assert_allclose(elbos, LOG_Z, atol=2e-3)
+    # a poor base (the initial one): log (1/P) Σ w is a tighter bound in expectation for
+    # P = 8 than for P = 1 (same parameters, 400 draws each; the gap is many se wide)
+    means = {}
+    for P in (1, 8):
+        model, guide = semidais(N, K=2, num_particles=P)
+        params = initial_params(model, guide, **exact)
+        means[P] = bounds(model, guide, params, 400).mean()
+    assert means[1] + 1.0 < means[8] < LOG_Z
+    draws = guide.sample_posterior(jax.random.key(1), params, sample_shape=(3,))
+    assert draws["z"].shape == (3, N)
 
 
 def test_langevin_kernel_trains():
