@@ -124,13 +124,12 @@ def partial_plates(trace) -> dict:
     }
 
 
-def trace_without_sampling(model, args, kwargs, rng_seed=0):
-    """A trace of ``model`` whose latent sites take values from ``init_to_uniform`` instead of
-    being sampled, so improper priors (``dist.ImproperUniform``) need no sampler."""
+def trace_without_sampling(model, args, kwargs, rng_seed=0, init_fn=init_to_uniform):
+    """A trace of ``model`` whose latent sites take values from ``init_fn`` (numpyro's
+    ``init_to_uniform`` by default, or e.g. ``init_to_median``) instead of being sampled, so
+    improper priors (``dist.ImproperUniform``) need no sampler."""
     # seed inside substitute: the seed handler must give each site its key first
-    seeded = handlers.substitute(
-        handlers.seed(model, rng_seed=rng_seed), substitute_fn=init_to_uniform
-    )
+    seeded = handlers.substitute(handlers.seed(model, rng_seed=rng_seed), substitute_fn=init_fn)
     with handlers.block():
         return handlers.trace(seeded).get_trace(*args, **kwargs)
 

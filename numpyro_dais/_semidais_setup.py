@@ -9,8 +9,10 @@ import warnings
 
 import numpy as np
 from numpyro import handlers
+from numpyro.infer.initialization import init_to_median
 
 from numpyro_dais import _semidais_sites as sites
+from numpyro_dais._modelview import trace_without_sampling
 from numpyro_dais._setup import step_bounds
 
 
@@ -35,7 +37,8 @@ class SemiDAISSetUp:
                 f"the plate {plate!r}: pass `global_guide`, e.g. AutoNormal(global_model), "
                 "with local_model taking global_model's return value."
             )
-        local_args, local_kwargs = self._local_args_at_setup(args, kwargs, global_names)
+        typical = trace_without_sampling(self.model, args, kwargs, init_fn=init_to_median)
+        local_args, local_kwargs = self._local_args_at_setup(args, kwargs, global_names, typical)
         with handlers.block(), handlers.trace() as tr, handlers.seed(rng_seed=0):
             self.local_model(*local_args, **local_kwargs)
         if sites.latent_names(tr) != local:
@@ -57,26 +60,24 @@ class SemiDAISSetUp:
                 )
             for s in self._layout.sites:
                 sites.normal_base(name, tr[s.name]["fn"], s.name)
-        self._step_bounds = self._initial_step_bounds(local_args, local_kwargs)
+        self._step_bounds = self._initial_step_bounds(local_args, local_kwargs, typical)
 
-    def _initial_step_bounds(self, local_args, local_kwargs):
-        """``(eta_init, eta_max)``: as given, else from the curvature (see the class)."""
+    def _initial_step_bounds(self, local_args, local_kwargs, typical):
+        """``(eta_init, eta_max)``: as given, else from the members' curvatures at the
+        model's prior medians (see the class)."""
         eta_max, lam = self.eta_max, None
         if eta_max is None:
             params = {k: value for k, (value, _) in self._local_params.items()}
-            lam = sites.max_local_curvature(
-                self.local_model,
-                local_args,
-                local_kwargs,
-                self.prototype_trace,
-                self._layout,
-                self.init_locs,
-                params,
+            lay = self._layout
+            u = sites.pack(lay, {s.name: sites.unconstrain(typical[s.name]) for s in lay.sites})
+            lams = sites.member_curvatures(
+                self.local_model, local_args, local_kwargs, self.prototype_trace, lay, u, params
             )
+            lam = float(np.median(lams))
             if not np.isfinite(lam) or lam <= 0:
                 warnings.warn(
                     f"{type(self).__name__}: the curvature of the local log densities at the "
-                    f"initial point is {lam:.3g}, no guide to a step size; using numpyro's "
+                    f"prior medians is {lam:.3g}, no guide to a step size; using numpyro's "
                     "eta_max=0.1. Pass `eta_max` (below the local posterior's scale) to choose.",
                     UserWarning,
                     stacklevel=5,
@@ -85,15 +86,18 @@ class SemiDAISSetUp:
         (eta_init, eta_max), _ = step_bounds(
             self.eta_init, eta_max, lam, 0.0, self._kernel.momentum
         )
-        if self.eta_init is None and self.local_guide is None:
-            eta_init = min(eta_init, self.init_scale)  # stable on q0 itself at beta = 0
+        if self.eta_init is None:
+            # chains that move from the start: a tenth of the cap left them nearly still
+            eta_init = eta_max / 4
+            if self.local_guide is None:
+                eta_init = min(eta_init, self.init_scale)  # stable on q0 itself at beta = 0
         return eta_init, eta_max
 
-    def _local_args_at_setup(self, args, kwargs, global_names):
+    def _local_args_at_setup(self, args, kwargs, global_names, typical):
         if self.global_guide is None:
             return args, dict(kwargs)
-        # the global latents at their initial values (the curvature is measured there)
-        init = {k: self.prototype_trace[k]["value"] for k in global_names}
+        # the global latents at their prior medians (the curvature is measured there)
+        init = {k: typical[k]["value"] for k in global_names}
         with handlers.block(), handlers.trace() as tr, handlers.seed(rng_seed=0):
             out = handlers.substitute(self.global_guide.model, data=init)(*args, **kwargs)
         if sites.latent_names(tr) != global_names:

@@ -153,6 +153,11 @@ def unpack(lay: Layout, u: jax.Array) -> dict:
     return out
 
 
+def unconstrain(site) -> jax.Array:
+    """A sample site's value in unconstrained space (its support's bijection inverted)."""
+    return biject_to(site["fn"].support).inv(site["value"])
+
+
 def constrain(trace, lay: Layout, u: jax.Array) -> tuple[dict, dict]:
     """Constrained values of the local sites and ``log |det J|`` of each (its batch shape)."""
     values, log_det = {}, {}
@@ -279,23 +284,32 @@ def normal_base(owner, fn, name):
     return base
 
 
-def max_local_curvature(local_model, local_args, local_kwargs, trace, lay, init_locs, params):
-    """Largest eigenvalue of ``−∇²ℓ_n`` over the members of the set-up batch, at their
-    initial values ``init_locs`` (:func:`.engine.curvature.max_eigenvalue` on the batch's
-    sum, whose Hessian is block diagonal by separability; one compiled program)."""
-    u0 = pack(lay, {s.name: init_locs[s.name] for s in lay.sites})
+def member_curvatures(local_model, local_args, local_kwargs, trace, lay, u, params, iters=30):
+    """Largest eigenvalue of each member's ``−∇²ℓ_n`` at ``u (B, D)`` (unconstrained local
+    values of the set-up batch): ``(B,)``, 0 where ``ℓ_n`` is convex, ``inf`` where not
+    finite. By separability the batch sum's Hessian is block diagonal, so one power
+    iteration of its Hessian-vector products, normalised member by member, runs all the
+    members' at once (one compiled program)."""
     idx = trace[lay.plate]["value"]
+    u0 = jnp.asarray(u)
 
-    def lam(u, forward):
-        def total(u):
-            U = jnp.reshape(u, u0.shape)
-            ell = member_log_density(
-                local_model, local_args, local_kwargs, trace, lay, idx, params, U
+    def lams(flat, forward):
+        def total(flat):
+            U = jnp.reshape(flat, u0.shape)
+            return jnp.sum(
+                member_log_density(
+                    local_model, local_args, local_kwargs, trace, lay, idx, params, U
+                )
             )
-            return jnp.sum(ell)
 
-        return curvature.max_eigenvalue(jax.random.key(0), total, u, forward=forward)
+        product = curvature.hvp_fn(total, flat, forward)
+        neg_hv = lambda v: -jnp.reshape(product(jnp.ravel(v)), u0.shape)
+        unit = lambda v: v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), 1e-30)
+        v0 = unit(jax.random.normal(jax.random.key(0), u0.shape, u0.dtype))
+        v = jax.lax.fori_loop(0, iters, lambda _, v: unit(neg_hv(v)), v0)
+        lam = jnp.sum(v * neg_hv(v), axis=-1)
+        return jnp.where(jnp.isfinite(lam), jnp.maximum(lam, 0.0), jnp.inf)
 
     return curvature.forward_or_reverse(
-        lambda forward: float(jax.jit(lam, static_argnums=1)(jnp.ravel(u0), forward))
+        lambda forward: np.asarray(jax.jit(lams, static_argnums=1)(jnp.ravel(u0), forward))
     )

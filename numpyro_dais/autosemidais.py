@@ -61,10 +61,12 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, _numpyro.AutoGuideBridge):
         ``{prefix}_z_0_scale``, shape ``(N, D)``).
     :param int K: transitions per chain.
     :param float eta_init: initial step size; ``eta_max`` its cap. ``None`` (the default):
-        ``eta_max = 1 / sqrt(λ)``, half the leapfrog's stability limit for the largest
-        curvature ``λ`` of the members' local log densities at the initial point (the
-        set-up batch, the global latents at their initial values); ``eta_init`` the smaller
-        of ``eta_max / 10`` and ``init_scale``. numpyro's defaults are 0.01 and 0.1.
+        ``eta_max = 1 / sqrt(λ)``, half the leapfrog's stability limit for the median over
+        the set-up batch's members of the largest curvature ``λ_n`` of their local log
+        densities at the model's prior medians (a typical point: the initial one is random,
+        and its curvature swung the cap tenfold between seeds); ``eta_init`` the smaller of
+        ``eta_max / 4`` and ``init_scale``. Stiffer members' steps are braked if they
+        diverge. numpyro's defaults are 0.01 and 0.1.
     :param float gamma_init: initial momentum damping ``γ`` in (0, 1).
     :param float init_scale: initial scale of ``q0`` (without ``local_guide``).
     :param str subsample_plate: name of the local plate; needed when no plate subsamples
