@@ -50,7 +50,7 @@ PAPER = {"Pol-like": (91.4, 136.4, 360.2), "Elevators-like": (186.3, 366.8, 758.
 METHODS = ("mean field", "Semi-DAIS K=8", "Semi-DAIS K=16", "oracle")
 SETTINGS = {
     "full": dict(scale=1.0, steps=20000, replications=10, draws=200),
-    "quick": dict(scale=0.1, steps=3000, replications=2, draws=50),
+    "quick": dict(scale=0.1, steps=10000, replications=2, draws=50),
     "smoke": dict(scale=0.02, steps=5, replications=1, draws=2),
 }
 

@@ -211,6 +211,7 @@ SLOW = (
     "tests/test_autosemidais.py::test_vae_smoke_with_an_encoder_base",
     "tests/test_autosemidais.py::test_sample_posterior_on_a_given_subset_and_predictive",
     "tests/test_autosemidais.py::test_langevin_kernel_trains",
+    "tests/test_autosemidais.py::test_defaults_get_the_globals_within_a_tenth_of_an_sd",
     "tests/test_autosemidais.py::test_several_particles_per_member_tighten_the_bound_and_stay_exact",
     "tests/test_autosemidais.py::test_log_evidence_of_a_trained_guide_brackets_the_exact_value",
     "tests/test_autosemidais.py::test_draws_for_any_set_of_members_and_arviz_export",
