@@ -7,6 +7,7 @@ importance sampling", §7.6 and appendix A.1.
 
 import warnings
 
+import jax
 import numpy as np
 from numpyro import handlers
 from numpyro.infer.initialization import init_to_median
@@ -70,15 +71,19 @@ class SemiDAISSetUp:
             params = {k: value for k, (value, _) in self._local_params.items()}
             lay = self._layout
             u = sites.pack(lay, {s.name: sites.unconstrain(typical[s.name]) for s in lay.sites})
-            lams = sites.member_curvatures(
-                self.local_model, local_args, local_kwargs, self.prototype_trace, lay, u, params
-            )
+            try:
+                lams = sites.member_curvatures(
+                    self.local_model, local_args, local_kwargs, self.prototype_trace, lay, u, params
+                )
+            except jax.errors.JAXTypeError:  # set up under jit (traced data or parameters)
+                lams = np.array([np.nan])
             lam = float(np.median(lams))
             if not np.isfinite(lam) or lam <= 0:
                 warnings.warn(
                     f"{type(self).__name__}: the curvature of the local log densities at the "
-                    f"prior medians is {lam:.3g}, no guide to a step size; using numpyro's "
-                    "eta_max=0.1. Pass `eta_max` (below the local posterior's scale) to choose.",
+                    f"prior medians is {lam:.3g} (nan: the guide was set up under jit), no "
+                    "guide to a step size; using numpyro's eta_max=0.1. Pass `eta_max` "
+                    "(below the local posterior's scale), or call `svi.init` outside jit.",
                     UserWarning,
                     stacklevel=5,
                 )

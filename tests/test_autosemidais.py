@@ -476,6 +476,15 @@ def test_default_step_sizes_come_from_the_local_curvature():
     assert guide._step_bounds == (0.01, 0.1)
 
 
+def test_set_up_under_jit_falls_back_loudly():
+    # a fresh guide first called inside jit cannot measure the curvature (the plate's
+    # indices are traced): numpyro's eta_max = 0.1, with a warning naming the fix
+    model, guide = semidais(4, K=2)
+    with pytest.warns(UserWarning, match="set up under jit"):
+        loss = jax.jit(lambda k: Trace_ELBO().loss(k, {}, model, guide))(jax.random.key(0))
+    assert np.isfinite(loss) and guide._step_bounds == (0.025, 0.1)
+
+
 def test_a_flat_local_density_gives_a_loud_default_step_size():
     # ℓ_n(z) = log N(z; 0, 1) + z² / 2 + log N(x_n; θ, 1) is flat in z: no curvature to
     # derive a step size from, so numpyro's eta_max = 0.1 with a warning naming `eta_max`
