@@ -174,8 +174,6 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, _numpyro.AutoGuideBridge):
             mass = numpyro.param(
                 f"{p}_mass_matrix", jnp.ones(lead + (D,)), constraint=constraints.positive
             )
-            # keep the geometric mean at 1, so that training cannot undo the eta_max cap
-            mass = mass / jnp.exp(jnp.mean(jnp.log(mass), axis=-1, keepdims=True))
             gamma = numpyro.param(
                 f"{p}_gamma",
                 jnp.full(lead, self.gamma_init),
@@ -190,6 +188,9 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, _numpyro.AutoGuideBridge):
         else:
             params = tuple(a[idx] for a in params)
         inc, step, mass, gamma = params
+        # the batch's rows only (O(B), not O(N)): keep the geometric mean at 1, so that
+        # training cannot undo the eta_max cap
+        mass = mass / jnp.exp(jnp.mean(jnp.log(mass), axis=-1, keepdims=True))
         return dais.AnnealParams(jax.vmap(betas_from_increments)(inc), step, mass, gamma)
 
     def _base(self, idx, local_args, local_kwargs) -> gaussian.Gaussian:
