@@ -69,11 +69,12 @@ class SemiDAISSetUp:
         eta_max, lam = self.eta_max, None
         if eta_max is None:
             params = {k: value for k, (value, _) in self._local_params.items()}
-            lay = self._layout
+            lay, trace = self._layout, self.prototype_trace
             u = sites.pack(lay, {s.name: sites.unconstrain(typical[s.name]) for s in lay.sites})
+            idx = typical[lay.plate]["value"]  # the members whose medians u holds
             try:
                 lams = sites.member_curvatures(
-                    self.local_model, local_args, local_kwargs, self.prototype_trace, lay, u, params
+                    self.local_model, local_args, local_kwargs, trace, lay, idx, u, params
                 )
             except jax.errors.JAXTypeError:  # set up under jit (traced data or parameters)
                 lams = np.array([np.nan])

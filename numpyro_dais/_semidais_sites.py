@@ -284,32 +284,23 @@ def normal_base(owner, fn, name):
     return base
 
 
-def member_curvatures(local_model, local_args, local_kwargs, trace, lay, u, params, iters=30):
-    """Largest eigenvalue of each member's ``−∇²ℓ_n`` at ``u (B, D)`` (unconstrained local
-    values of the set-up batch): ``(B,)``, 0 where ``ℓ_n`` is convex, ``inf`` where not
-    finite. By separability the batch sum's Hessian is block diagonal, so one power
-    iteration of its Hessian-vector products, normalised member by member, runs all the
-    members' at once (one compiled program)."""
-    idx = trace[lay.plate]["value"]
-    u0 = jnp.asarray(u)
+def member_curvatures(local_model, local_args, local_kwargs, trace, lay, idx, u, params):
+    """Largest eigenvalue of each member's ``−∇²ℓ_n`` at ``u (B, D)``, unconstrained local
+    values of the members ``idx``: ``(B,)``, at least 0, ``inf`` where not finite. By
+    separability the batch sum's Hessian is block diagonal, so one power iteration runs all
+    the members' blocks at once (:func:`.engine.curvature.max_eigenvalue` with ``blocks``;
+    one compiled program)."""
 
-    def lams(flat, forward):
-        def total(flat):
-            U = jnp.reshape(flat, u0.shape)
-            return jnp.sum(
-                member_log_density(
-                    local_model, local_args, local_kwargs, trace, lay, idx, params, U
-                )
+    def lams(u, forward):
+        def total(U):
+            ell = member_log_density(
+                local_model, local_args, local_kwargs, trace, lay, idx, params, U
             )
+            return jnp.sum(ell)
 
-        product = curvature.hvp_fn(total, flat, forward)
-        neg_hv = lambda v: -jnp.reshape(product(jnp.ravel(v)), u0.shape)
-        unit = lambda v: v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), 1e-30)
-        v0 = unit(jax.random.normal(jax.random.key(0), u0.shape, u0.dtype))
-        v = jax.lax.fori_loop(0, iters, lambda _, v: unit(neg_hv(v)), v0)
-        lam = jnp.sum(v * neg_hv(v), axis=-1)
-        return jnp.where(jnp.isfinite(lam), jnp.maximum(lam, 0.0), jnp.inf)
+        key = jax.random.key(0)
+        return curvature.max_eigenvalue(key, total, u, 30, forward=forward, blocks=True)
 
     return curvature.forward_or_reverse(
-        lambda forward: np.asarray(jax.jit(lams, static_argnums=1)(jnp.ravel(u0), forward))
+        lambda forward: np.asarray(jax.jit(lams, static_argnums=1)(jnp.asarray(u), forward))
     )

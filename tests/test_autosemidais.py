@@ -477,8 +477,8 @@ def test_default_step_sizes_come_from_the_local_curvature():
 
 
 def test_set_up_under_jit_falls_back_loudly():
-    # a fresh guide first called inside jit cannot measure the curvature (the plate's
-    # indices are traced): numpyro's eta_max = 0.1, with a warning naming the fix
+    # a fresh guide first called inside jit cannot measure the curvature (everything its
+    # set-up computes there is traced): numpyro's eta_max = 0.1, with a warning naming the fix
     model, guide = semidais(4, K=2)
     with pytest.warns(UserWarning, match="set up under jit"):
         loss = jax.jit(lambda k: Trace_ELBO().loss(k, {}, model, guide))(jax.random.key(0))

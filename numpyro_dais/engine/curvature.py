@@ -63,24 +63,36 @@ def hvp(log_density: Callable, z: jax.Array, v: jax.Array, forward: bool = True)
     return hvp_fn(log_density, z, forward)(v)
 
 
-def _power_iteration(rng_key, matvec, z, num_iters):
-    """Rayleigh quotient ``vᵀAv`` of the dominant eigenvector of the symmetric ``A``."""
+def _power_iteration(rng_key, matvec, z, num_iters, blocks=False):
+    """Rayleigh quotient ``vᵀAv`` of the dominant eigenvector of the symmetric ``A``; with
+    ``blocks``, ``A`` is block diagonal over the rows of ``z (B, D)`` and each row is
+    normalised apart: one quotient per block, ``(B,)``."""
+    axis = -1 if blocks else None
+    norm = lambda v: jnp.linalg.norm(v, axis=axis, keepdims=blocks)
     v = jax.random.normal(rng_key, jnp.shape(z), z.dtype)
-    v = v / jnp.linalg.norm(v)
+    v = v / norm(v)
 
     def body(_, v):
         w = matvec(v)
-        norm = jnp.linalg.norm(w)
-        return jnp.where(norm > 0, w / norm, v)
+        n = norm(w)
+        return jnp.where(n > 0, w / jnp.where(n > 0, n, 1.0), v)
 
     v = jax.lax.fori_loop(0, num_iters, body, v)
-    return jnp.vdot(v, matvec(v))
+    return jnp.sum(v * matvec(v), axis=axis)
 
 
 def max_eigenvalue(
-    rng_key, log_density: Callable, z: jax.Array, num_iters: int = 20, forward: bool = True
+    rng_key,
+    log_density: Callable,
+    z: jax.Array,
+    num_iters: int = 20,
+    forward: bool = True,
+    blocks: bool = False,
 ):
     """Largest eigenvalue of the potential's Hessian ``−∇²ℓ(z)``, shape ``()``, at least 0.
+    With ``blocks=True``, ``z`` is ``(B, D)`` and ``ℓ`` a sum of terms each of one row of
+    ``z`` (a block-diagonal Hessian): the largest eigenvalue of each block, ``(B,)``, from
+    one power iteration on all the blocks at once.
 
     Power iteration finds the eigenvalue ``λ_1`` of largest magnitude. Where it is negative
     (``ℓ`` convex along some direction, e.g. between the modes of a mixture), which does not
@@ -90,10 +102,14 @@ def max_eigenvalue(
     the model's domain) gives ``inf``.
     """
     key_first, key_shifted = jax.random.split(rng_key)
-    product = hvp_fn(log_density, z, forward)
-    potential_hvp = lambda v: -product(v)
-    lam = _power_iteration(key_first, potential_hvp, z, num_iters)
-    shifted = _power_iteration(key_shifted, lambda v: potential_hvp(v) - lam * v, z, num_iters)
+    shape = jnp.shape(z)
+    product = hvp_fn(lambda f: log_density(jnp.reshape(f, shape)), jnp.ravel(z), forward)
+    potential_hvp = lambda v: -jnp.reshape(product(jnp.ravel(v)), shape)
+    lam = _power_iteration(key_first, potential_hvp, z, num_iters, blocks)
+    lam_rows = lam[..., None] if blocks else lam
+    shifted = _power_iteration(
+        key_shifted, lambda v: potential_hvp(v) - lam_rows * v, z, num_iters, blocks
+    )
     lam = jnp.where(lam < 0, shifted + lam, lam)
     return jnp.where(jnp.isfinite(lam), jnp.maximum(lam, 0.0), jnp.inf)
 

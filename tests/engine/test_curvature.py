@@ -170,3 +170,22 @@ def test_find_mode_leaves_a_fully_saturated_logistic_start():
     )
     mode = curvature.find_mode(log_density, jnp.array([1.5, -1.0, 0.5, 1.2, -0.7, 1.9]))
     assert int(mode.num_iters) > 1 and bool(mode.converged), mode
+
+
+def test_blocks_give_each_block_its_own_largest_eigenvalue():
+    # ℓ a sum over rows (a block-diagonal Hessian): row 0 a Gaussian of precisions (9, 1),
+    # row 1 (4, 100), row 2 the two-mode midpoint of the test above (d = 2, σ = 0.25:
+    # eigenvalues −16 and 16), row 3 sqrt outside its domain; one power iteration on all
+    # blocks finds 9, 100, 16 (not |−16|) and inf, each to the iteration's accuracy
+    P = jnp.array([[9.0, 1.0], [4.0, 100.0]])
+    sigma = 0.25
+
+    def log_density(Z):
+        gauss = -0.5 * jnp.sum(P * Z[:2] ** 2)
+        comps = jnp.stack([-0.5 * jnp.sum((Z[2] - m) ** 2) / sigma**2 for m in (0.0, 1.0)])
+        return gauss + jax.scipy.special.logsumexp(comps) + jnp.sum(jnp.sqrt(Z[3]))
+
+    Z = jnp.array([[1.0, 1.0], [1.0, 1.0], [0.5, 0.5], [-1.0, -1.0]])
+    lam = curvature.max_eigenvalue(jax.random.key(1), log_density, Z, 50, blocks=True)
+    assert lam.shape == (4,) and lam[3] == jnp.inf
+    np.testing.assert_allclose(lam[:3], [9.0, 100.0, 1 / sigma**2], rtol=1e-3)
