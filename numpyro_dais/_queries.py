@@ -8,6 +8,8 @@ parameters once and hands them to :mod:`numpyro_dais._sampling`.
 References: Geffner & Domke (2021); Zenn & Bamler (2024), DAIS₀.
 """
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -122,7 +124,9 @@ class PosteriorQueries:
 
         ``mesh``: a :class:`jax.sharding.Mesh`; each system's particles are split evenly over
         all its devices (its size must divide ``num_particles`` and ``batch_size``), and XLA
-        partitions the annealing. Same estimate as without it, for the same key. With
+        partitions the annealing. Same estimate as without it for the same key and
+        ``batch_size`` (without ``mesh`` or ``batch_size``, DAIS's particles come from the
+        importance draws' compiled program, systems of ``num_particles`` pooled). With
         resampling (SMC) a system spans the devices, so each resampling step gathers its
         weights across them.
         """
@@ -131,9 +135,16 @@ class PosteriorQueries:
         mesh = check_mesh(type(self).__name__, mesh, num_particles, batch_size)
         state = self._params_from(params)
         args, kwargs = self._data(args, kwargs, "importance")
-        out = self._compiled(self._log_evidence)(
-            rng_key, state, args, kwargs, num_particles, batch_size, mesh
-        )
+        operands = (rng_key, state, args, kwargs)
+        if self._sampler.resampling is None and _chunked.applies(batch_size, mesh, *operands):
+            # i.i.d. particles: the importance draws' compiled program, its systems pooled
+            systems = math.ceil(num_particles / self.num_particles)
+            out = _chunked.importance(self, rng_key, state, params, args, kwargs, systems)
+            out = _sampling.pooled_evidence(out.log_weights, num_particles)
+        else:
+            out = self._compiled(self._log_evidence)(
+                rng_key, state, args, kwargs, num_particles, batch_size, mesh
+            )
         resampled = self._sampler.resampling is not None and batch_size is not None
         system = min(batch_size, num_particles) if resampled else num_particles
         _sampling.warn_if_heavy_tailed(

@@ -7,6 +7,7 @@ run in the whitened coordinates ``u`` and come back in ``z = m + L u``.
 References: Geffner & Domke (2021); Zhang et al. (2021); Zenn & Bamler (2024), DAIS₀.
 """
 
+import functools
 import math
 import warnings
 from typing import NamedTuple
@@ -188,6 +189,13 @@ def log_evidence(guide, rng_key, fitted, args, kwargs, num_particles, batch_size
         k = jnp.max(psis.pareto_k(log_w).k)  # each system's final weights
         log_w, se = log_w.reshape(-1)[:num_particles], weights.combine_se(log_Z, se)
         return LogEvidence(weights.log_mean_exp(log_w), weights.ess(log_w), se, k)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def pooled_evidence(log_weights, num: int) -> LogEvidence:
+    """:func:`evidence_of` the first ``num`` of ``log_weights`` (any shape) pooled: i.i.d.
+    particles of several systems (compiled once per shape and ``num``)."""
+    return evidence_of(jnp.reshape(log_weights, -1)[:num])
 
 
 def evidence_of(log_w) -> LogEvidence:

@@ -5,7 +5,7 @@ import numpy as np
 import optax
 from numpyro.infer import SVI, Trace_ELBO
 
-from numpyro_dais import AutoDAIS, _chunked
+from numpyro_dais import AutoDAIS, _chunked, _sampling
 from tests import models
 
 
@@ -58,3 +58,23 @@ def test_importance_draws_under_an_outer_jit_take_one_program():
     over_data = jax.jit(lambda y: draw(params, y))(y)["z"]
     for z in (over_params, over_data):
         np.testing.assert_allclose(z, eager, rtol=1e-5, atol=1e-6)
+
+
+def test_log_evidence_pools_the_importance_program():
+    """DAIS's ``log_evidence`` (no ``batch_size``, no ``mesh``) compiles no annealing of its
+    own: its weights are the importance systems' (``split(rng_key, S)``, ``S = ⌈P / N⌉``),
+    pooled and cut to ``P``; the estimate is exactly ``evidence_of`` those weights."""
+    guide, params, y = _guide_and_params(num_particles=4)
+    key = jax.random.key(7)
+    _, k = guide.sample_posterior(
+        key, params, y, sample_shape=(3,), method="importance", return_pareto_k=True
+    )
+    ev = guide.log_evidence(key, params, y, num_particles=10)  # 3 systems of 4, cut to 10
+    assert "_jit__log_evidence" not in guide.__dict__
+    assert len(guide.__dict__["_jit_importance_chunk"].cache) == 1
+    fitted = guide._params_from(params)
+    systems = _chunked.importance(guide, key, fitted, params, (y,), {}, 3)
+    expected = _sampling.evidence_of(systems.log_weights.reshape(-1)[:10])
+    for got, want in zip(ev, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(k, _sampling.pooled_pareto_k(systems.log_weights), rtol=1e-5)
