@@ -38,6 +38,25 @@ from numpyro_dais.engine.annealing import betas_from_increments
 BASE_DISTS = ("diagonal", "cholesky")
 
 
+def _float():
+    """JAX's default float dtype (float32, or float64 under ``jax_enable_x64``), for the
+    parameters' initial values, made on the host (no eager device operation to compile)."""
+    return np.dtype(jnp.result_type(float))
+
+
+@jax.jit
+def _betas_and_mass(increments, mass):
+    """``(betas (K + 1,), mass (D,))`` from the trained ``increments`` and mass matrix: one
+    compiled program when a guide runs eagerly (``svi.init``), inlined under ``jit``. Only
+    ``η/√m`` enters the position update, so an unnormalised mass matrix would let training
+    undo the ``eta_max`` cap: its geometric mean is kept at 1 (``None``, the Langevin
+    kernel's: none)."""
+    betas = betas_from_increments(increments)
+    if mass is None:
+        return betas, None
+    return betas, mass / jnp.exp(jnp.mean(jnp.log(mass)))
+
+
 class AnnealedGuide(PosteriorQueries, ContinuousGuide):
     """Annealing from a Gaussian ``q0`` to a target with ``K`` learnt transitions.
 
@@ -189,16 +208,16 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         if self._affine_start is None:
             loc, scale = _numpyro.init_latent(self), self.init_scale
         else:
-            loc, scale = jnp.zeros(D), 1.0
+            loc, scale = np.zeros(D, _float()), 1.0
         loc = numpyro.param(f"{p}_z_0_loc", loc)
         if self.base_dist == "diagonal":
             scale = numpyro.param(
-                f"{p}_z_0_scale", jnp.full(D, scale), constraint=constraints.positive
+                f"{p}_z_0_scale", np.full(D, scale, _float()), constraint=constraints.positive
             )
         else:
             scale = numpyro.param(
                 f"{p}_z_0_scale_tril",
-                scale * jnp.eye(D),
+                np.eye(D, dtype=_float()) * scale,
                 constraint=constraints.scaled_unit_lower_cholesky,
             )
         return gaussian.Gaussian(loc, scale)
@@ -210,8 +229,8 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         ``params`` alone define the trained guide and a saved state resumes exactly."""
         if self._affine_start is None:
             return None
-        p, dtype = self.prefix, jnp.result_type(float)
-        loc, scale_tril = (jnp.asarray(a, dtype) for a in self._affine_start)
+        p = self.prefix
+        loc, scale_tril = (np.asarray(a, _float()) for a in self._affine_start)
         return preconditioning.Affine(
             jax.lax.stop_gradient(numpyro.param(f"{p}_preconditioner_loc", loc)),
             jax.lax.stop_gradient(numpyro.param(f"{p}_preconditioner_scale_tril", scale_tril)),
@@ -220,24 +239,27 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
     def _anneal_params(self) -> dais.AnnealParams:
         p, D, K = self.prefix, self.latent_dim, self.K
         increments = numpyro.param(
-            f"{p}_beta_increments", jnp.ones(K), constraint=constraints.positive
+            f"{p}_beta_increments", np.ones(K, _float()), constraint=constraints.positive
         )
         # before set-up (params given from outside) the bounds do not matter: substituted
         eta_init, eta_max = self._step_bounds or (0.01, 0.1)
         step_sizes = numpyro.param(
-            f"{p}_step_size", jnp.full(K, eta_init), constraint=constraints.interval(0.0, eta_max)
+            f"{p}_step_size",
+            np.full(K, eta_init, _float()),
+            constraint=constraints.interval(0.0, eta_max),
         )
         if self._sampler.kernel.momentum:
-            mass = numpyro.param(f"{p}_mass_matrix", jnp.ones(D), constraint=constraints.positive)
-            # Only η/√m enters the position update, so an unnormalised mass matrix would let
-            # training undo the `eta_max` cap: keep its geometric mean at 1.
-            mass = mass / jnp.exp(jnp.mean(jnp.log(mass)))
+            mass = numpyro.param(
+                f"{p}_mass_matrix", np.ones(D, _float()), constraint=constraints.positive
+            )
             gamma = numpyro.param(
                 f"{p}_gamma", self.gamma_init, constraint=constraints.interval(0.0, 1.0)
             )
         else:  # the Langevin kernel has no momentum
-            mass, gamma = jnp.ones(D), jnp.zeros(())
-        return dais.AnnealParams(betas_from_increments(increments), step_sizes, mass, gamma)
+            mass, gamma = None, np.zeros((), _float())
+        betas, mass = _betas_and_mass(increments, mass)
+        mass = np.ones(D, _float()) if mass is None else mass
+        return dais.AnnealParams(betas, step_sizes, mass, gamma)
 
     def _guide_params(self):
         return self._q0(), self._anneal_params(), self._preconditioner()

@@ -73,6 +73,15 @@ def run(guide, rng_key, fitted: Fitted, args, kwargs, N, final, **options):
     return out._replace(**shard_particles({k: getattr(out, k) for k in particles}, mesh))
 
 
+@functools.partial(jax.jit, static_argnums=3)
+def q0_draws(rng_key, q0, affine, num_draws: int) -> jax.Array:
+    """``num_draws`` draws of ``q0`` mapped to ``z`` by ``affine`` (``None``: none),
+    ``(S, D)``: one compiled program per shape when called eagerly (``svi.init``'s draw),
+    shared by every guide; inlined under ``jit``."""
+    u = gaussian.sample(rng_key, q0, (num_draws,))
+    return u if affine is None else preconditioning.to_z(affine, u)
+
+
 def draw(guide, rng_key, fitted, args, kwargs, method, num_draws, batch_size=None, mesh=None):
     """``num_draws`` flat unconstrained draws ``(S, D)`` by ``method`` (``"q0"``, ``"dais"``
     or ``"importance"``); with a ``mesh``, the draws' axis is split over it."""
@@ -89,9 +98,7 @@ def weighted_draws(guide, rng_key, fitted, args, kwargs, method, num_draws, batc
     PSIS-smoothed (Vehtari et al. 2024) and ``S`` draws resampled from all of them by the
     smoothed weights (with replacement: duplicates where the weights are uneven)."""
     if method == "q0":
-        u = gaussian.sample(rng_key, fitted.q0, (num_draws,))
-        z = u if fitted.affine is None else preconditioning.to_z(fitted.affine, u)
-        return shard_particles(z, mesh), None
+        return shard_particles(q0_draws(rng_key, fitted.q0, fitted.affine, num_draws), mesh), None
     if method == "dais":
 
         def end_points(key, n):  # a diverged particle's end point is no draw: NaN, reported

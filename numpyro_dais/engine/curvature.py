@@ -199,7 +199,7 @@ def _find_mode(log_density, z, max_iters, tol, curvature_density, forward) -> Mo
     tiny = jnp.finfo(z.dtype).tiny
 
     def body(carry):  # one linearisation per iteration: the Hessian is compiled once
-        i, z, _, _, start_curvature, _ = carry
+        i, z, _, _, (start_curvature, start_value, _), _ = carry
         value, g = jax.value_and_grad(log_density)(z)
         neg_hess = neg_hessian(curvature_density, z, forward=forward)
         eigenvalues, vectors = jnp.linalg.eigh((neg_hess + neg_hess.T) / 2)
@@ -219,20 +219,22 @@ def _find_mode(log_density, z, max_iters, tol, curvature_density, forward) -> Mo
         good = good & jnp.all(jnp.isfinite(steps), axis=-1)
         moves = jnp.any(good) & finite & (decrement > tol)
         z = jnp.where(moves, z + steps[jnp.argmax(good)], z)
+        end_value = jnp.where(moves, value + rise[jnp.argmax(good)], value)  # ℓ at the new z
         top = jnp.where(finite, jnp.maximum(eigenvalues[-1], 0.0), jnp.inf)
-        start_curvature = jnp.where(i == 0, top, start_curvature)
+        start = (jnp.where(i == 0, top, start_curvature), jnp.where(i == 0, value, start_value))
         # a maximum, not a minimum or saddle: no curvature of the wrong sign beyond round-off
         concave = eigenvalues[0] >= -1e-6 * jnp.max(magnitudes)
         stats = (decrement, (decrement <= tol) & concave)
-        return i + 1, z, neg_hess, stats, start_curvature, ~moves
+        return i + 1, z, neg_hess, stats, (*start, end_value), ~moves
 
+    # ℓ is evaluated (and traced) only in the body: the start's and the end point's values are
+    # carried (the end point's is the accepted step's rise over the last linearisation's)
     D = jnp.shape(z)[0]
-    start_value = log_density(z)
-    no = jnp.zeros((), bool)
+    no, zero = jnp.zeros((), bool), jnp.zeros((), z.dtype)
     init = (jnp.zeros((), jnp.int32), z, jnp.zeros((D, D), z.dtype))
-    init += ((jnp.asarray(jnp.inf, z.dtype), no), jnp.zeros((), z.dtype), no)
-    i, z, neg_hess, (decrement, converged), start_curvature, _ = jax.lax.while_loop(
+    init += ((jnp.asarray(jnp.inf, z.dtype), no), (zero, zero, zero), no)
+    i, z, neg_hess, (decrement, converged), values, _ = jax.lax.while_loop(
         lambda c: (c[0] < max_iters) & ~c[5], body, init
     )
-    rise = log_density(z) - start_value
-    return Mode(z, neg_hess, decrement, i, rise, start_curvature, converged)
+    start_curvature, start_value, end_value = values
+    return Mode(z, neg_hess, decrement, i, end_value - start_value, start_curvature, converged)
