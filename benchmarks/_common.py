@@ -6,6 +6,7 @@ and writes ``<out-dir>/<name>{_quick,_smoke}.md`` plus its figures.
 """
 
 import argparse
+import importlib.util
 import os
 import platform
 import shlex
@@ -24,6 +25,15 @@ from numpyro.infer import util as infer_util
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MODES = ("full", "quick", "smoke")
+
+
+def quickstart_module():
+    """The quick-start module (``examples/`` is not a package): its model, data and ``fit``."""
+    path = Path(__file__).resolve().parents[1] / "examples" / "quickstart.py"
+    spec = importlib.util.spec_from_file_location("quickstart", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def parse_args(description, argv=None, extra=None):

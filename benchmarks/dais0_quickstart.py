@@ -24,9 +24,7 @@ Run from the repository root:
 ``python -m benchmarks.dais0_quickstart [--quick|--smoke] [--steps S]``.
 """
 
-import importlib.util
 import warnings
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -36,7 +34,14 @@ from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO
 from numpyro.infer import util as infer_util
 from numpyro.infer.autoguide import AutoNormal
 
-from benchmarks._common import Stopwatch, markdown_table, output_name, parse_args, write_results
+from benchmarks._common import (
+    Stopwatch,
+    markdown_table,
+    output_name,
+    parse_args,
+    quickstart_module,
+    write_results,
+)
 from benchmarks._compact import symkl_optimum
 from numpyro_dais import AutoDAIS, _selfcheck
 
@@ -48,15 +53,6 @@ SETTINGS = {
     "quick": dict(seeds=2, steps=1500, nuts=(500, 4000), draws=2000, symkl=(2000, 2000)),
     "smoke": dict(seeds=1, steps=30, nuts=(50, 100), draws=100, symkl=(50, 20)),
 }
-
-
-def _quickstart():
-    """The quick-start module (``examples/`` is not a package): its model and data."""
-    path = Path(__file__).resolve().parents[1] / "examples" / "quickstart.py"
-    spec = importlib.util.spec_from_file_location("quickstart", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def plot_seed0(results, guides, ref_mean, ref_std, d):
@@ -108,7 +104,7 @@ def main():
     if args.steps:
         cfg["steps"] = args.steps
     stopwatch = Stopwatch()
-    qs = _quickstart()
+    qs = quickstart_module()
     X, y = qs.make_data()
     with stopwatch.lap("NUTS"):
         mcmc = MCMC(
