@@ -49,12 +49,8 @@ def _betas_and_mass(increments, mass):
     """``(betas (K + 1,), mass (D,))`` from the trained ``increments`` and mass matrix: one
     compiled program when a guide runs eagerly (``svi.init``), inlined under ``jit``. Only
     ``η/√m`` enters the position update, so an unnormalised mass matrix would let training
-    undo the ``eta_max`` cap: its geometric mean is kept at 1 (``None``, the Langevin
-    kernel's: none)."""
-    betas = betas_from_increments(increments)
-    if mass is None:
-        return betas, None
-    return betas, mass / jnp.exp(jnp.mean(jnp.log(mass)))
+    undo the ``eta_max`` cap: its geometric mean is kept at 1."""
+    return betas_from_increments(increments), mass / jnp.exp(jnp.mean(jnp.log(mass)))
 
 
 class AnnealedGuide(PosteriorQueries, ContinuousGuide):
@@ -256,9 +252,8 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
                 f"{p}_gamma", self.gamma_init, constraint=constraints.interval(0.0, 1.0)
             )
         else:  # the Langevin kernel has no momentum
-            mass, gamma = None, np.zeros((), _float())
+            mass, gamma = np.ones(D, _float()), np.zeros((), _float())
         betas, mass = _betas_and_mass(increments, mass)
-        mass = np.ones(D, _float()) if mass is None else mass
         return dais.AnnealParams(betas, step_sizes, mass, gamma)
 
     def _guide_params(self):
