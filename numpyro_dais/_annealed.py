@@ -65,6 +65,9 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
     #: the option groups of a preset, with its defaults (:mod:`numpyro_dais._options`)
     defaults = (Annealing(noncentre=False),)
     _options = option_names(defaults)
+    #: refine the Laplace start by Gaussian VI on the start density at set-up (``False``
+    #: where that density is the full data's, which a mini-batch guide must not sweep)
+    _refine_laplace = True
 
     def __init_subclass__(cls, **kwargs):
         """A preset's option names are read-only after construction, and its ``help()``
@@ -122,6 +125,7 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         self.curvature = None  # λ behind the default step sizes, measured at set-up
         self._step_bounds = None  # (eta_init, eta_max) in use, fixed at set-up
         self._affine_start = None  # the Laplace whitening z = m + L u found at set-up
+        self.refinement = None  # its Gaussian VI refinement at set-up (engine.refinement)
         self._target = target
         super().__init__(
             model,
@@ -179,7 +183,8 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         if self._step_bounds is not None:
             return
         setup = _setup.set_up(self, args, kwargs, params)
-        self._affine_start, self._step_bounds, self.curvature = setup
+        self._affine_start, self._step_bounds, self.curvature = setup[:3]
+        self.refinement = setup.refined
 
     def _on_dynamics(self, fn, args, kwargs, params, key, *operands):
         """``fn(dynamics, start, *operands)`` for the dynamics' log density on this call's

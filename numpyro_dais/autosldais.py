@@ -105,6 +105,8 @@ class AutoSurrogateLikelihoodDAIS(AnnealedGuide):
     :param int num_particles: particles ``N`` in the bound; defaults to 1 (see above).
     """
 
+    _refine_laplace = False  # its start density is the full data's
+
     defaults = (Annealing(noncentre=False), SurrogateLikelihood())
 
     def __init__(self, model, surrogate_model=None, **options):
@@ -135,6 +137,8 @@ class AutoSurrogateLikelihoodDSMCS(AnnealedGuide):
     for :class:`AutoSurrogateLikelihoodDAIS` with ``num_particles > 1``; the bias shrinks
     as ``B`` grows.
     """
+
+    _refine_laplace = False  # its start density is the full data's
 
     defaults = (
         Annealing(K=8, num_particles=16, noncentre=False, posterior_method="importance"),

@@ -245,6 +245,7 @@ SLOW = (
     "tests/test_reliability.py::test_eager_loss_equals_the_jitted_loss",
     "tests/test_setup.py::test_uncentred_regression_gets_the_posterior_with_default_settings",
     "tests/test_setup.py::test_eight_schools_non_centred",
+    "tests/test_setup.py::test_a_hierarchy_starts_at_its_bulk_not_its_mode",
     "tests/test_noncentre.py::test_auto_noncentres_the_funnel_silently",
     "tests/test_noncentre.py::test_noncentred_guide_is_the_guide_of_the_noncentred_model",
     "tests/test_noncentre.py::test_log_joint_is_numpyros_locscalereparam",

@@ -1,0 +1,71 @@
+"""The Gaussian VI refinement of a Laplace start (numpyro_dais.engine.refinement)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from numpyro_dais._setup import antithetic_draws
+from numpyro_dais.engine import refinement
+
+EPS = jnp.asarray(antithetic_draws(32, 3, np.float32))
+
+
+def test_antithetic_draws_have_mean_exactly_zero():
+    assert EPS.shape == (32, 3)
+    np.testing.assert_array_equal(EPS[:16], -EPS[16:])
+    np.testing.assert_allclose(jnp.sum(EPS, axis=0), 0.0, atol=1e-5)  # float32 summation
+
+
+def test_standard_normal_target_is_kept():
+    # ∇ℓ(ε) = −ε exactly, so the residual is 0 (round-off) and no Adam step is taken
+    r = refinement.refine(lambda u: -0.5 * jnp.sum(u**2), EPS)
+    assert float(r.residual) < 1e-6
+    assert int(r.num_iters) == 0
+    np.testing.assert_array_equal(r.loc, 0.0)
+    np.testing.assert_array_equal(r.log_scale, 0.0)
+
+
+def test_gaussian_target_reaches_the_sample_average_optimum():
+    # for ℓ = N(m, diag s²) the sample-average ELBO's optimum is exact: μ = m (the draws'
+    # mean is 0) and e^ρ = s / rms(ε); tol = 0.05 stops within ~0.05 s of it, so 0.1 s
+    m, s = jnp.array([8.0, -3.0, 0.5]), jnp.array([0.3, 2.0, 1.0])
+
+    def log_density(u):
+        return -0.5 * jnp.sum(((u - m) / s) ** 2)
+
+    r = refinement.refine(log_density, EPS)
+    assert float(r.residual) > refinement.THRESHOLD
+    np.testing.assert_allclose(r.residual, refinement.residual(log_density, EPS), rtol=1e-5)
+    assert 0 < int(r.num_iters) < 1000
+    rms = jnp.sqrt(jnp.mean(EPS**2, axis=0))
+    np.testing.assert_allclose(r.loc, m, atol=0.1 * float(s.max()))
+    np.testing.assert_allclose(jnp.exp(r.log_scale), s / rms, rtol=0.1)
+    assert float(r.gain) > 0
+
+
+def test_below_the_threshold_nothing_moves():
+    # a Gaussian 1 sd off in one coordinate: residual ≈ 1, under the threshold of 3
+    r = refinement.refine(lambda u: -0.5 * jnp.sum((u - jnp.array([1.0, 0, 0])) ** 2), EPS)
+    np.testing.assert_allclose(r.residual, 1.0, atol=1e-5)
+    assert int(r.num_iters) == 0
+
+
+def test_a_non_finite_start_is_kept():
+    r = refinement.refine(lambda u: jnp.where(u[0] > 0, -jnp.inf, -jnp.sum(u**2)), EPS)
+    assert not np.isfinite(float(r.residual))
+    assert int(r.num_iters) == 0
+    np.testing.assert_array_equal(r.loc, 0.0)
+
+
+def test_a_step_into_non_finite_density_keeps_the_last_finite_point():
+    # finite only for u₀ < 4: the optimum of the far Gaussian lies beyond, so the fit walks
+    # until the density is non-finite at some draw and returns the last finite parameters
+    def log_density(u):
+        value = -0.5 * jnp.sum((u - 10.0) ** 2)
+        return jnp.where(u[0] < 4.0, value, jnp.nan)
+
+    r = refinement.refine(log_density, EPS)
+    assert int(r.num_iters) > 0
+    assert np.all(np.isfinite(r.loc)) and np.all(np.isfinite(r.log_scale))
+    u = r.loc + jnp.exp(r.log_scale) * EPS
+    assert np.all(np.isfinite(jax.vmap(log_density)(u)))
