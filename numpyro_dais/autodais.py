@@ -51,7 +51,9 @@ class AutoDAIS(AnnealedGuide):
     :param bool laplace_init: ``True`` (default): at set-up (``D ≤ 512``) find a mode ``m``
         by damped Newton ascent from ``init_loc_fn``'s point and run ``q0`` and the
         transitions in ``u = L⁻¹(z − m)``, ``L Lᵀ`` the Laplace covariance there, with
-        ``q0`` starting at ``N(0, I)`` in ``u``; the whitening is stored in ``params``
+        ``q0`` starting at ``N(0, I)`` in ``u`` (where the mode's Gaussian is far from the
+        posterior's bulk, as in a hierarchy whose mode overfits its groups, refined first by
+        Gaussian VI: :attr:`refinement`); the whitening is stored in ``params``
         (``{prefix}_preconditioner_loc``, ``{prefix}_preconditioner_scale_tril``, never
         trained). A set-up that cannot be trusted (no finite Hessian, no mode) warns with
         the fix. ``False``: ``q0`` starts exactly at ``init_loc_fn`` with ``init_scale`` in
