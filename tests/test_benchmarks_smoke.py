@@ -27,6 +27,7 @@ SCRIPTS = [
     "gpvi_open_set",
     "gpvi_reproduction",
     "real_models",
+    "refined_start",
     "scaling_devices",
     "sldais_scaling",
     "sldais_vs_dais",
@@ -36,6 +37,7 @@ NO_FIGURE = {
     "dsmcs_static_target",
     "gpvi_open_set",
     "real_models",
+    "refined_start",
     "scaling_devices",
     "sldais_scaling",
     "sldais_vs_dais",
@@ -44,6 +46,7 @@ NO_FIGURE = {
 NEEDS_SKLEARN = {"dais0_logistic", "gpvi_open_set", "sldais_vs_dais"}
 #: rows or sections a script's table must have, beyond the command and the machine
 EXPECTED = {
+    "refined_start": ("| refined (default) |", "| Laplace at the mode |", "## Models"),
     "dsmcs_static_target": ("**hmc-paper**", "**Budget**", "Trained parameters under each rule"),
     "real_models": (
         "| ours q0 |",
