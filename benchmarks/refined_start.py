@@ -28,6 +28,7 @@ from benchmarks._common import Stopwatch, markdown_table, parse_args, write_resu
 
 NAME = "refined_start"
 MODULE = f"benchmarks.{NAME}"
+TITLE = "Refining the Laplace start of hierarchies"
 SETTINGS = {
     "full": dict(models=("glmm100", "glmm400", "sv"), steps=5000, draws=4000, nuts=(1000, 2000)),
     "quick": dict(models=("glmm100", "sv"), steps=2000, draws=2000, nuts=(500, 1000)),
@@ -176,20 +177,11 @@ def main(argv=None):
             "refinement off (`guide._refine_laplace = False`, the start before it existed). "
             "Cells: max over the global parameters of |mean − NUTS mean| / NUTS sd / max "
             "|log(sd / NUTS sd)|. `svi.init` includes compilation.",
-            "## Results",
-            table,
+            f"## Results\n\n{table}",
         ]
     )
     print(table)
-    path = write_results(
-        args.out_dir,
-        NAME,
-        args.mode,
-        "Refining the Laplace start of hierarchies",
-        MODULE,
-        body,
-        sw,
-    )
+    path = write_results(args.out_dir, NAME, args.mode, TITLE, MODULE, body, sw)
     print(f"wrote {path}")
 
 
