@@ -118,13 +118,6 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
 REFINE_DRAWS = 32
 
 
-def antithetic_draws(num_draws, dim, dtype, seed=0):
-    """``(num_draws, dim)`` standard normal draws in ``±`` pairs (their mean is exactly 0),
-    made on the host (an eager ``jax.random.normal`` compiles for most of a second)."""
-    half = np.random.default_rng(seed).standard_normal((num_draws // 2, dim))
-    return np.concatenate([half, -half]).astype(dtype)
-
-
 def _refine(guide, args, kwargs, model_params, affine, dtype):
     """``(affine, Refinement)``: the Laplace whitening ``affine`` refined by Gaussian VI in its
     coordinates (:func:`~numpyro_dais.engine.refinement.refine`) when its residual says the
@@ -136,7 +129,7 @@ def _refine(guide, args, kwargs, model_params, affine, dtype):
     schools' funnel neck in training (3 sds off after 5,000 steps)."""
     key = jax.random.key(0)
     loc, scale_tril = (np.asarray(x, dtype) for x in affine)
-    eps = antithetic_draws(REFINE_DRAWS, loc.shape[0], dtype)
+    eps = refinement.antithetic_draws(REFINE_DRAWS, loc.shape[0], dtype)
 
     def run(dynamics, start, loc, scale_tril, eps, fit):
         with jax.default_matmul_precision("highest"):
