@@ -196,10 +196,12 @@ def find_mode(
 def _find_mode(log_density, z, max_iters, tol, curvature_density, forward) -> Mode:
     curvature_density = curvature_density or log_density
     dampings = jnp.asarray(DAMPINGS, z.dtype)
+    index = jnp.arange(len(DAMPINGS))
     tiny = jnp.finfo(z.dtype).tiny
 
     def body(carry):  # one linearisation per iteration: the Hessian is compiled once
-        i, z, _, _, (start_curvature, start_value, _), _ = carry
+        i, z, last_hess, stats, (start_curvature, start_value, _), _, back = carry
+        z_back, value_back, floor, taken = back
         value, g = jax.value_and_grad(log_density)(z)
         neg_hess = neg_hessian(curvature_density, z, forward=forward)
         eigenvalues, vectors = jnp.linalg.eigh((neg_hess + neg_hess.T) / 2)
@@ -216,24 +218,37 @@ def _find_mode(log_density, z, max_iters, tol, curvature_density, forward) -> Mo
         steps = a @ vectors.T
         rise = jax.vmap(log_density)(z + steps) - value
         good = jnp.isfinite(rise) & (rise > 0) & (rise >= 0.1 * predicted)
-        good = good & jnp.all(jnp.isfinite(steps), axis=-1)
+        good = good & jnp.all(jnp.isfinite(steps), axis=-1) & (index >= floor)
         moves = jnp.any(good) & finite & (decrement > tol)
-        z = jnp.where(moves, z + steps[jnp.argmax(good)], z)
-        end_value = jnp.where(moves, value + rise[jnp.argmax(good)], value)  # ℓ at the new z
+        j = jnp.argmax(good).astype(jnp.int32)
         top = jnp.where(finite, jnp.maximum(eigenvalues[-1], 0.0), jnp.inf)
         start = (jnp.where(i == 0, top, start_curvature), jnp.where(i == 0, value, start_value))
         # a maximum, not a minimum or saddle: no curvature of the wrong sign beyond round-off
         concave = eigenvalues[0] >= -1e-6 * jnp.max(magnitudes)
-        stats = (decrement, (decrement <= tol) & concave)
-        return i + 1, z, neg_hess, stats, (*start, end_value), ~moves
+        # a step can land where ℓ is finite and higher but its derivatives overflow (an
+        # exp-link likelihood far out): back to the point it left, and a shorter step from it
+        back_off = ~finite & (i > 0)
+        retry = back_off & (taken + 1 < len(DAMPINGS))
+        z_next = jnp.where(moves, z + steps[j], z)
+        value_next = jnp.where(moves, value + rise[j], value)  # ℓ at the new z
+        keep = lambda new, old: jnp.where(back_off, old, new)  # noqa: E731
+        out = (
+            keep(z_next, z_back),
+            keep(neg_hess, last_hess),
+            jax.tree.map(keep, (decrement, (decrement <= tol) & concave), stats),
+            (*start, keep(value_next, value_back)),
+            ~(moves | retry),
+            jax.tree.map(keep, (z, value, 0 * floor, j), (z_back, value_back, taken + 1, taken)),
+        )
+        return i + 1, *out
 
     # ℓ is evaluated (and traced) only in the body: the start's and the end point's values are
     # carried (the end point's is the accepted step's rise over the last linearisation's)
     D = jnp.shape(z)[0]
-    no, zero = jnp.zeros((), bool), jnp.zeros((), z.dtype)
-    init = (jnp.zeros((), jnp.int32), z, jnp.zeros((D, D), z.dtype))
-    init += ((jnp.asarray(jnp.inf, z.dtype), no), (zero, zero, zero), no)
-    i, z, neg_hess, (decrement, converged), values, _ = jax.lax.while_loop(
+    no, zero, none = jnp.zeros((), bool), jnp.zeros((), z.dtype), jnp.zeros((), jnp.int32)
+    init = (none, z, jnp.zeros((D, D), z.dtype))
+    init += ((jnp.asarray(jnp.inf, z.dtype), no), (zero, zero, zero), no, (z, zero, none, none))
+    i, z, neg_hess, (decrement, converged), values, _, _ = jax.lax.while_loop(
         lambda c: (c[0] < max_iters) & ~c[5], body, init
     )
     start_curvature, start_value, end_value = values

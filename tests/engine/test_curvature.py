@@ -137,6 +137,45 @@ def test_find_mode_never_lowers_the_density_and_leaves_minima():
     assert not bool(stuck.converged)
 
 
+@jax.custom_jvp
+def _unit_slope(x):
+    """1, whose derivative is infinite beyond 5: ``ℓ(h(x))`` with ``h' = _unit_slope`` keeps
+    ``ℓ``'s value and gradient everywhere but has an infinite Hessian there."""
+    return jnp.ones_like(x)
+
+
+@_unit_slope.defjvp
+def _unit_slope_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _unit_slope(x), jnp.where(x > 5.0, jnp.inf, 0.0) * t
+
+
+@jax.custom_jvp
+def _identity(x):
+    return x
+
+
+@_identity.defjvp
+def _identity_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return x, _unit_slope(x) * t
+
+
+def test_find_mode_backs_off_a_step_into_overflowing_derivatives():
+    # Newton's step from 0 lands on the mode 8, where the value and gradient are finite but
+    # the Hessian is not (as an exp-link likelihood's far out): the search goes back and
+    # takes shorter steps, so it returns a point whose Hessian it could form, above the start
+    def log_density(z):
+        return -0.5 * jnp.sum((_identity(z) - 8.0) ** 2)
+
+    mode = curvature.find_mode(log_density, jnp.zeros(1), max_iters=30)
+    assert np.all(np.isfinite(mode.neg_hessian))
+    np.testing.assert_allclose(mode.neg_hessian, [[1.0]], rtol=1e-5)
+    assert 0.0 < float(mode.z[0]) <= 5.0
+    np.testing.assert_allclose(mode.rise, log_density(mode.z) - log_density(jnp.zeros(1)))
+    assert float(mode.rise) > 0 and not bool(mode.converged)
+
+
 def test_hessian_vector_products_through_a_custom_vjp():
     """``jax.custom_vjp`` functions (ODE solvers such as ``odeint``) have no forward-mode
     rule (JAX refuses, sometimes only when a loop around the product is lowered):
