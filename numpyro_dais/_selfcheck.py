@@ -20,6 +20,10 @@ from numpyro_dais.results import TransportReport
 #: few percent of a 5000-step fit
 NUM_SAMPLES = 256
 
+#: the fraction of finite end points below which the check fails whatever their moments:
+#: an end point is not finite when every particle of its annealing diverged from ``q0``
+MIN_FINITE = 0.95
+
 
 def _fingerprint(params) -> str | None:
     """A digest of ``params``' values; ``None`` under ``jit`` (nothing to check there)."""
@@ -66,16 +70,20 @@ def transport_verdict(guide, check, mean_tol, std_ratio_tol, warn) -> TransportR
     result ``check`` (q0 against the end points, per unconstrained coordinate), with the
     fix in its message; a ``UserWarning`` too when it fails and ``warn``."""
     shift, ratio = np.asarray(check.mean_shift), np.exp(np.asarray(check.log_std_ratio))
+    finite = float(check.finite_fraction)
     names = guide._coordinate_names()
-    bad_mean = np.abs(shift) > mean_tol
-    bad_std = (ratio > std_ratio_tol) | (ratio < 1.0 / std_ratio_tol)
-    ok = not bool(np.any(bad_mean | bad_std))
-    i = int(np.argmax(np.abs(shift)))
-    j = int(np.argmax(np.abs(np.log(ratio))))
+    # written so that NaN (no finite end point, or one that does not vary) fails
+    bad_mean = ~(np.abs(shift) <= mean_tol)
+    bad_std = ~((ratio <= std_ratio_tol) & (ratio >= 1.0 / std_ratio_tol))
+    ok = not bool(np.any(bad_mean | bad_std)) and finite >= MIN_FINITE
+    i = int(np.argmax(np.nan_to_num(np.abs(shift), nan=np.inf)))
+    j = int(np.argmax(np.nan_to_num(np.abs(np.log(ratio)), nan=np.inf)))
     summary = (
         f"largest mean shift {shift[i]:+.2f} end-point sds at {names[i]}, "
         f"largest std ratio {ratio[j]:.2f} at {names[j]}"
     )
+    if finite < 1.0:
+        summary += f"; {1.0 - finite:.0%} of the end points diverged and are left out"
     name = type(guide).__name__
     if ok:
         message = f"{name}: q0 agrees with the annealed end points ({summary})."
@@ -93,7 +101,14 @@ def transport_verdict(guide, check, mean_tol, std_ratio_tol, warn) -> TransportR
             "sample_posterior(..., method='importance'), whose draws are the end points "
             "checked here."
         )
-        if np.any(bad_std) and not np.any(bad_mean) and guide.base_dist == "diagonal":
+        if finite < MIN_FINITE:
+            message += (
+                f" The annealing diverged from q0 for {1.0 - finite:.0%} of the draws, so "
+                "neither q0 nor the end points are trustworthy: heed the training's "
+                "divergence reports, train longer at a lower learning rate, and compare "
+                "with NUTS."
+            )
+        elif np.any(bad_std) and not np.any(bad_mean) and guide.base_dist == "diagonal":
             message += (
                 " Only the spread disagrees: for a strongly correlated posterior use "
                 "base_dist='cholesky'."

@@ -16,6 +16,8 @@ from numpyro.infer.autoguide import AutoGuideList, AutoNormal
 from numpyro.infer.initialization import init_to_median, init_to_value
 
 from numpyro_dais import AutoDAIS
+from numpyro_dais._selfcheck import transport_verdict
+from numpyro_dais.engine import dais0
 from tests import models
 
 
@@ -216,6 +218,23 @@ def test_transport_check_fires_on_a_transported_q0_only():
     assert report.worst in ("z[0]", "z[1]")
     # 2000 importance draws: the end points' mean is within ~0.1 sd of the posterior's
     np.testing.assert_allclose(report.mean_shift["z"], 3.0, atol=0.5)
+
+
+def test_transport_verdict_fails_on_non_finite_or_diverged_end_points():
+    # NaN compares False with every tolerance: a NaN moment (no finite end point) or too
+    # few finite end points must fail the check, not pass it silently
+    y = models.linear_gaussian_data()
+    guide = AutoDAIS(models.linear_gaussian, K=2)
+    _init_params(guide, models.linear_gaussian, y)
+    dim = 2
+    good = dais0.TransportCheck(jnp.zeros(dim), jnp.zeros(dim), jnp.asarray(1.0))
+    assert transport_verdict(guide, good, 0.5, 2.0, warn=False).ok
+    nan = good._replace(mean_shift=jnp.array([0.0, jnp.nan]))
+    assert not transport_verdict(guide, nan, 0.5, 2.0, warn=False).ok
+    diverged = good._replace(finite_fraction=jnp.asarray(0.8))
+    report = transport_verdict(guide, diverged, 0.5, 2.0, warn=False)
+    assert not report.ok
+    assert "diverged from q0 for 20%" in report.message
 
 
 def _end_points(guide, params, *args, **kwargs):

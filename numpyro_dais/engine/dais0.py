@@ -65,16 +65,23 @@ class TransportCheck(NamedTuple):
     """``(D,)`` ``(mean_q0 − mean_end) / std_end``: the shift in end-point standard deviations."""
     log_std_ratio: jax.Array
     """``(D,)`` ``log(std_q0 / std_end)``."""
+    finite_fraction: jax.Array
+    """``()`` the fraction of end points that are finite (the moments are theirs)."""
 
 
 def transport_check(q0: gaussian.Gaussian, z_end: jax.Array) -> TransportCheck:
-    """Compare ``q0`` with draws ``z_end (S, D)`` of the (importance-resampled) end points.
+    """Compare ``q0`` with draws ``z_end (S, D)`` of the (importance-resampled) end points,
+    over the finite ones (an end point whose every particle diverged is not finite).
 
     When the learned transitions carry particles a long way, ``q0`` can sit far from the
     posterior while the end points are right; a large ``|mean_shift|`` says so.
     """
-    mean, std = jnp.mean(z_end, axis=0), jnp.std(z_end, axis=0)
+    finite = jnp.all(jnp.isfinite(z_end), axis=-1, keepdims=True)
+    count = jnp.sum(finite)
+    mean = jnp.sum(jnp.where(finite, z_end, 0.0), axis=0) / count
+    std = jnp.sqrt(jnp.sum(jnp.where(finite, (z_end - mean) ** 2, 0.0), axis=0) / count)
     return TransportCheck(
         mean_shift=(q0.loc - mean) / std,
         log_std_ratio=jnp.log(gaussian.marginal_std(q0) / std),
+        finite_fraction=count / z_end.shape[0],
     )

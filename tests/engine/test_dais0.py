@@ -108,3 +108,17 @@ def test_transport_check():
     # sample mean (±0.06)
     np.testing.assert_allclose(shifted.mean_shift, 3.0, atol=0.25)
     np.testing.assert_allclose(shifted.log_std_ratio, jnp.log(0.5), atol=0.05)
+
+
+def test_transport_check_leaves_out_end_points_that_diverged():
+    # the moments are those of the finite rows exactly; the fraction says how many there were
+    z = jax.random.multivariate_normal(jax.random.key(3), M, COV, (400,))
+    q0 = gaussian.Gaussian(M, jnp.sqrt(jnp.diag(COV)))
+    diverged = z.at[::4].set(jnp.nan).at[1, 0].set(jnp.inf)
+    check = dais0.transport_check(q0, diverged)
+    finite = jnp.all(jnp.isfinite(diverged), axis=1)
+    expected = dais0.transport_check(q0, diverged[finite])
+    np.testing.assert_allclose(check.mean_shift, expected.mean_shift, rtol=1e-5)
+    np.testing.assert_allclose(check.log_std_ratio, expected.log_std_ratio, rtol=1e-5)
+    np.testing.assert_allclose(check.finite_fraction, 299 / 400)
+    assert float(dais0.transport_check(q0, z).finite_fraction) == 1.0
