@@ -10,7 +10,10 @@ standard deviations; a regression's, below 1.
 
 When the largest ``|r̄_i|`` (:func:`residual`) exceeds a threshold, :func:`refine`
 maximises the sample-average ELBO of ``N(μ, diag e^{2ρ})`` over the same fixed draws
-(deterministic ADVI) with Adam; the refined start is ``z = m + L (μ + e^ρ u)``.
+(deterministic ADVI) with Adam; the refined start is ``z = m + L (μ + e^ρ u)``. Adam starts
+from the best of a few shrunken copies of ``N(0, I)`` (:data:`START_SCALES`): a joint mode
+far from the bulk can be so sharp that the Laplace Gaussian's own draws reach densities no
+step recovers from.
 
 Reference: Giordano, Ingram & Broderick (2024), "Black box variational inference with a
 deterministic objective: faster, more accurate, and even more black box" (DADVI: the ELBO
@@ -32,6 +35,14 @@ import optax
 #: latent GP) 7–110.
 THRESHOLD = 3.0
 
+#: isotropic scales ``s`` of the starts ``N(0, s² I)`` that :func:`refine` compares by their
+#: sample-average ELBO, Adam starting from the best. On the hierarchies above ``s = 1`` or
+#: ``0.3`` wins, and Adam reaches the same optimum from either; a stochastic-volatility series with a heavy-tailed prior on its
+#: volatility scale (joint mode at σ ≈ 15, the posterior's bulk at 0.5) gives ``−6·10¹⁵``
+#: at ``s = 1`` (float32), and Adam from there never reached the bulk: q0 ended 58 posterior
+#: sds off after 5,000 training steps, and 0.11 from the best shrunken start (float64).
+START_SCALES = (1.0, 0.3, 0.1, 0.03, 0.01)
+
 
 class Refinement(NamedTuple):
     """Result of :func:`refine`, in ``u``."""
@@ -45,7 +56,7 @@ class Refinement(NamedTuple):
     num_iters: jax.Array
     """``()`` Adam steps taken (0: the start was kept)."""
     gain: jax.Array
-    """``()`` the sample-average ELBO gained over ``N(0, I)`` (nats)."""
+    """``()`` the sample-average ELBO gained over Adam's start (nats)."""
 
 
 def antithetic_draws(num_draws: int, dim: int, dtype, seed: int = 0) -> np.ndarray:
@@ -92,38 +103,39 @@ def refine(
     tol: float = 0.05,
 ) -> Refinement:
     """Fit ``N(μ, diag e^{2ρ})`` to ``ℓ`` (a log density of ``u (D,)``) by the ELBO over the
-    draws ``eps (S, D)``, from ``N(0, I)``.
+    draws ``eps (S, D)``, from the best start ``N(0, s² I)``, ``s`` in :data:`START_SCALES`.
 
     Adam's learning rate decays from ``learning_rate`` to a hundredth of it over ``max_iters``
     steps; it stops early when every gradient coordinate is below ``tol`` (``tol`` standard
     deviations of a Gaussian target from its optimum), and keeps the last point whose
-    objective and gradient were finite (none: the start, with 0 steps).
+    objective and gradient were finite (none: ``N(0, I)``, with 0 steps).
     """
-    value_and_grad = jax.value_and_grad(_elbo(log_density, eps))
+    elbo = _elbo(log_density, eps)
+    value_and_grad = jax.value_and_grad(elbo)
     adam = optax.adam(optax.cosine_decay_schedule(learning_rate, max_iters, alpha=0.01))
     zeros = jnp.zeros(eps.shape[-1], eps.dtype)
-    params = (zeros, zeros)
+    log_scales = jnp.log(jnp.asarray(START_SCALES, eps.dtype))
+    starts = jax.lax.map(lambda rho: elbo((zeros, zeros + rho)), log_scales)
+    start = jnp.argmax(jnp.where(jnp.isfinite(starts), starts, -jnp.inf))
+    params = (zeros, zeros + log_scales[start])
 
     def body(carry):
-        i, params, best, state, start, residual, gain, _ = carry
+        i, params, best, state, start, gain, _ = carry
         value, grads = value_and_grad(params)
         finite = jnp.isfinite(value) & jnp.all(jnp.isfinite(jnp.stack(grads)))
-        first = i == 0  # at N(0, I): the residual, and the ELBO the gain is measured from
-        residual = jnp.where(first, _max_residual(value, grads[0], eps), residual)
-        start = jnp.where(first, value, start)
+        start = jnp.where(i == 0, value, start)  # the ELBO the gain is measured from
         # Adam ascends: optax minimises, so the gradient's sign is flipped
         updates, state = adam.update(jax.tree.map(jnp.negative, grads), state, params)
         best = jax.tree.map(lambda p, b: jnp.where(finite, p, b), params, best)
         gain = jnp.where(finite, value - start, gain)
         moves = finite & ~jnp.all(jnp.abs(jnp.stack(grads)) < tol)
         params = jax.tree.map(lambda p, u: jnp.where(moves, p + u, p), params, updates)
-        return i + 1, params, best, state, start, residual, gain, ~moves
+        return i + 1, params, best, state, start, gain, ~moves
 
     zero = jnp.zeros((), eps.dtype)
-    inf = jnp.asarray(jnp.inf, eps.dtype)
-    init = (jnp.zeros((), jnp.int32), params, params, adam.init(params), zero, inf, zero)
+    init = (jnp.zeros((), jnp.int32), params, (zeros, zeros), adam.init(params), zero, zero)
     carry = jax.lax.while_loop(
-        lambda c: (c[0] <= max_iters) & ~c[7], body, init + (jnp.zeros((), bool),)
+        lambda c: (c[0] <= max_iters) & ~c[6], body, init + (jnp.zeros((), bool),)
     )
-    i, _, best, _, _, residual, gain, _ = carry
-    return Refinement(best[0], best[1], residual, i - 1, gain)
+    i, _, best, _, _, gain, _ = carry
+    return Refinement(best[0], best[1], residual(log_density, eps), i - 1, gain)

@@ -68,3 +68,19 @@ def test_a_step_into_non_finite_density_keeps_the_last_finite_point():
     assert np.all(np.isfinite(r.loc)) and np.all(np.isfinite(r.log_scale))
     u = r.loc + jnp.exp(r.log_scale) * EPS
     assert np.all(np.isfinite(jax.vmap(log_density)(u)))
+
+
+def test_a_start_whose_draws_overflow_is_shrunk_until_they_do_not():
+    # a mode so sharp that the draws of N(0, I) reach u ≈ 2.5, where exp(40 u) overflows:
+    # the ELBO there is -inf (the residual too), so Adam starts from a shrunken N(0, s² I)
+    # of START_SCALES whose draws stay finite, and fits the narrow target
+    def log_density(u):
+        return -0.5 * jnp.sum((u / 0.05) ** 2) - jnp.sum(jnp.exp(40.0 * u))
+
+    assert not np.isfinite(float(refinement.residual(log_density, EPS)))
+    r = refinement.refine(log_density, EPS)
+    assert not np.isfinite(float(r.residual))
+    assert int(r.num_iters) > 0
+    scale = np.exp(np.asarray(r.log_scale))
+    assert np.all(scale < 0.05) and np.all(np.abs(r.loc) < 0.1)
+    assert np.isfinite(float(refinement._elbo(log_density, EPS)((r.loc, r.log_scale))))
