@@ -26,6 +26,7 @@ SCRIPTS = [
     "dsmcs_static_target",
     "gpvi_open_set",
     "gpvi_reproduction",
+    "model_families",
     "real_models",
     "refined_start",
     "scaling_devices",
@@ -36,6 +37,7 @@ SCRIPTS = [
 NO_FIGURE = {
     "dsmcs_static_target",
     "gpvi_open_set",
+    "model_families",
     "real_models",
     "refined_start",
     "scaling_devices",
@@ -46,6 +48,7 @@ NO_FIGURE = {
 NEEDS_SKLEARN = {"dais0_logistic", "gpvi_open_set", "sldais_vs_dais"}
 #: rows or sections a script's table must have, beyond the command and the machine
 EXPECTED = {
+    "model_families": ("| ours q0 |", "| AutoNormal |", "with no warning from our guide"),
     "refined_start": ("| refined (default) |", "| Laplace at the mode |", "## Models"),
     "dsmcs_static_target": ("**hmc-paper**", "**Budget**", "Trained parameters under each rule"),
     "real_models": (
