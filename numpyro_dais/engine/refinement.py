@@ -37,10 +37,11 @@ THRESHOLD = 3.0
 
 #: isotropic scales ``s`` of the starts ``N(0, s² I)`` that :func:`refine` compares by their
 #: sample-average ELBO, Adam starting from the best. On the hierarchies above ``s = 1`` or
-#: ``0.3`` wins, and Adam reaches the same optimum from either; a stochastic-volatility series with a heavy-tailed prior on its
-#: volatility scale (joint mode at σ ≈ 15, the posterior's bulk at 0.5) gives ``−6·10¹⁵``
-#: at ``s = 1`` (float32), and Adam from there never reached the bulk: q0 ended 58 posterior
-#: sds off after 5,000 training steps, and 0.11 from the best shrunken start (float64).
+#: ``0.3`` wins, and Adam reaches the same optimum from either; a stochastic-volatility
+#: series with a heavy-tailed prior on its volatility scale (joint mode at σ ≈ 15, the
+#: posterior's bulk at 0.5) gives ``−6·10¹⁵`` at ``s = 1`` (float32), and Adam from there
+#: never reached the bulk: q0 ended 58 posterior sds off after 5,000 training steps, and
+#: 0.11 from the best shrunken start (float64).
 START_SCALES = (1.0, 0.3, 0.1, 0.03, 0.01)
 
 
