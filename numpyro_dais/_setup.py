@@ -146,7 +146,7 @@ def _refine(guide, args, kwargs, model_params, affine, dtype):
     residual = float(on_start(False))
     if not residual > refinement.THRESHOLD:
         zeros = np.zeros_like(loc)
-        return affine, refinement.Refinement(zeros, zeros, np.asarray(residual), 0, 0.0)
+        return affine, refinement.Refinement(zeros, zeros, np.asarray(residual), 0, 0.0, 1.0)
     refined = jax.tree.map(np.asarray, on_start(True))
     if int(refined.num_iters) == 0:
         return affine, refined
