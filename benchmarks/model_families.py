@@ -29,6 +29,7 @@ from numpyro.infer.initialization import init_to_median
 import numpyro_dais
 from benchmarks._common import Stopwatch, markdown_table, parse_args, write_results
 from benchmarks._model_families import MODELS
+from benchmarks.real_models import flatten
 
 NAME = "model_families"
 MODULE = f"benchmarks.{NAME}"
@@ -49,16 +50,6 @@ WARNINGS = {
     "Laplace start": "set-up",
     "not finite": "non-finite draws",
 }
-
-
-def flatten(draws, sites):
-    """``(names, (S, D) array)``: the ``sites`` of ``draws`` flattened, in that order."""
-    names, columns = [], []
-    for site in sites:
-        value = np.asarray(draws[site], np.float64).reshape(len(draws[site]), -1)
-        columns.append(value)
-        names += [f"{site}[{i}]" if value.shape[1] > 1 else site for i in range(value.shape[1])]
-    return names, np.concatenate(columns, axis=1)
 
 
 def errors(flat, ref):

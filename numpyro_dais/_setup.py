@@ -53,8 +53,8 @@ class SetUp(NamedTuple):
     """``λ`` behind the default ``eta_max`` (in ``u`` when whitened: :data:`BULK_MARGIN`
     times the curvature at the mode), ``None`` if given."""
     refined: refinement.Refinement | None = None
-    """The Gaussian VI refinement of the Laplace start (host arrays; ``num_iters`` 0: the
-    Laplace start was kept), ``None`` when not run."""
+    """The Gaussian VI refinement of the Laplace start (host arrays; :func:`_moved` says
+    whether it replaced the Laplace start), ``None`` when not run."""
 
 
 def _concrete(x):
@@ -104,7 +104,7 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
         # refined: the curvature is 1 in u by construction (the Gaussian VI fit's own), where
         # the mode's (far from the bulk) would cap the step sizes tens of times too low
         at_mode = preconditioning.whitened_curvature(affine, mode.neg_hessian)
-        lam = BULK_MARGIN * (1.0 if refined is not None and refined.num_iters else at_mode)
+        lam = BULK_MARGIN * (1.0 if _moved(refined) else at_mode)
         floor = BULK_MARGIN  # q0's own curvature in u, N(0, I) at the start, with the margin
     else:
         floor = 1.0 / guide.init_scale**2
@@ -116,6 +116,12 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
 #: mean-field Gaussian's ELBO (Giordano et al. 2024 use 30) at a set-up cost of that many
 #: gradients per Adam step.
 REFINE_DRAWS = 32
+
+
+def _moved(refined) -> bool:
+    """Whether a :class:`~numpyro_dais.engine.refinement.Refinement` replaced the Laplace
+    start: Adam took steps, or started from a shrunken copy of it."""
+    return refined is not None and (int(refined.num_iters) > 0 or float(refined.start_scale) != 1)
 
 
 def _refine(guide, args, kwargs, model_params, affine, dtype):
@@ -148,7 +154,7 @@ def _refine(guide, args, kwargs, model_params, affine, dtype):
         zeros = np.zeros_like(loc)
         return affine, refinement.Refinement(zeros, zeros, np.asarray(residual), 0, 0.0, 1.0)
     refined = jax.tree.map(np.asarray, on_start(True))
-    if int(refined.num_iters) == 0:
+    if not _moved(refined):
         return affine, refined
     L = np.asarray(affine.scale_tril, np.float64)
     loc = np.asarray(affine.loc, np.float64) + L @ refined.loc.astype(np.float64)

@@ -238,7 +238,9 @@ def _find_mode(log_density, z, max_iters, tol, curvature_density, forward) -> Mo
             jax.tree.map(keep, (decrement, (decrement <= tol) & concave), stats),
             (*start, keep(value_next, value_back)),
             ~(moves | retry),
-            jax.tree.map(keep, (z, value, 0 * floor, j), (z_back, value_back, taken + 1, taken)),
+            jax.tree.map(
+                keep, (z, value, jnp.zeros_like(floor), j), (z_back, value_back, taken + 1, taken)
+            ),
         )
         return i + 1, *out
 

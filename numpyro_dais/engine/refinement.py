@@ -46,6 +46,7 @@ THRESHOLD = 3.0
 #: q0 ended 58 posterior sds off after 5,000 training steps, and 0.11 from the best shrunken
 #: start (float64).
 START_SCALES = (1.0, 0.3, 0.1, 0.03, 0.01)
+#: nats per dimension by which a shrunken start must beat the Laplace Gaussian's ELBO
 SHRINK_MARGIN = 10.0
 
 
@@ -59,7 +60,7 @@ class Refinement(NamedTuple):
     residual: jax.Array
     """``()`` ``max_i |r̄_i|`` at ``N(0, I)`` (``inf`` when not finite)."""
     num_iters: jax.Array
-    """``()`` Adam steps taken (0: the start was kept)."""
+    """``()`` Adam steps taken (0 with ``start_scale`` 1: the Laplace start is kept)."""
     gain: jax.Array
     """``()`` the sample-average ELBO gained over Adam's start (nats)."""
     start_scale: jax.Array
@@ -116,7 +117,7 @@ def refine(
     Adam's learning rate decays from ``learning_rate`` to a hundredth of it over ``max_iters``
     steps; it stops early when every gradient coordinate is below ``tol`` (``tol`` standard
     deviations of a Gaussian target from its optimum), and keeps the last point whose
-    objective and gradient were finite (none: ``N(0, I)``, with 0 steps).
+    objective and gradient were finite (none: the start, with 0 steps).
     """
     elbo = _elbo(log_density, eps)
     value_and_grad = jax.value_and_grad(elbo)
@@ -144,7 +145,7 @@ def refine(
         return i + 1, params, best, state, start, gain, ~moves
 
     zero = jnp.zeros((), eps.dtype)
-    init = (jnp.zeros((), jnp.int32), params, (zeros, zeros), adam.init(params), zero, zero)
+    init = (jnp.zeros((), jnp.int32), params, params, adam.init(params), zero, zero)
     carry = jax.lax.while_loop(
         lambda c: (c[0] <= max_iters) & ~c[6], body, init + (jnp.zeros((), bool),)
     )
