@@ -38,11 +38,11 @@ from numpyro_dais._modelview import (
     trace_without_sampling,
 )
 from numpyro_dais._template import GuideTemplate
-from numpyro_dais._vectorise import jit_by_leaves, map_batched
+from numpyro_dais._vectorise import CompiledPrograms, map_batched
 from numpyro_dais.engine import weights
 
 
-class ContinuousGuide(GuideTemplate, _numpyro.AutoContinuousBridge):
+class ContinuousGuide(GuideTemplate, CompiledPrograms, _numpyro.AutoContinuousBridge):
     """Base of the package's guides: a flat unconstrained latent ``z ∈ R^D``.
 
     Subclasses fill in the hooks of :class:`~numpyro_dais._template.GuideTemplate` (the
@@ -82,10 +82,6 @@ class ContinuousGuide(GuideTemplate, _numpyro.AutoContinuousBridge):
                 f"{type(self).__name__}(model, {name}=...)."
             )
         super().__setattr__(name, value)
-
-    def __getstate__(self):
-        state = super().__getstate__()
-        return {k: v for k, v in state.items() if not k.startswith("_jit_")}
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -308,14 +304,6 @@ class ContinuousGuide(GuideTemplate, _numpyro.AutoContinuousBridge):
             for pos in np.ndindex(idx.shape):
                 names[int(idx[pos])] = site + ("[" + ",".join(map(str, pos)) + "]" if pos else "")
         return names
-
-    def _compiled(self, fn, name=None):
-        """``jit_by_leaves(fn)``, built once per guide (under ``name``, default
-        ``fn.__name__``) so that repeated calls reuse its compilations."""
-        attr = f"_jit_{name or fn.__name__}"  # dropped when pickled (``__getstate__``)
-        if attr not in self.__dict__:
-            self.__dict__[attr] = jit_by_leaves(fn)
-        return self.__dict__[attr]
 
     def _one_program_when_eager(self, fn, rng_key):
         """``fn(rng_key, *args)`` compiled as one program when the guide runs eagerly (a loss

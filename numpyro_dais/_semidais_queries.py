@@ -13,13 +13,14 @@ importance sampling", §7.6 and appendix A.1.
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 from numpyro import handlers
 from numpyro.infer import Trace_ELBO
 
-from numpyro_dais import _sampling
+from numpyro_dais import _numpyro, _sampling
 from numpyro_dais import _semidais_sites as sites
 from numpyro_dais._checks import check_batch_size, check_positive_int
-from numpyro_dais._vectorise import jit_by_leaves, map_chunks
+from numpyro_dais._vectorise import map_chunks
 from numpyro_dais.results import LogEvidence
 
 
@@ -32,20 +33,30 @@ class SemiDAISQueries:
         any size; ``jnp.arange(N)`` for all), run it under
         ``handlers.substitute(data={plate_name: indices})``."""
         self._set_up_with(rng_key, params, args, kwargs)
+        lay = self._layout
+        with handlers.seed(rng_seed=rng_key), sites.substituted_plates():
+            with numpyro.plate(lay.plate, lay.size, subsample_size=lay.batch, dim=lay.dim) as idx:
+                pass  # the members: substituted outside, else a batch drawn once for all draws
+        shape = tuple(sample_shape)
+        keys = jax.random.split(rng_key, int(np.prod(shape)) if shape else 1)
+        with _numpyro.isolated():
+            draws = self._compiled(self._draws)(keys, params, idx, args, kwargs)
+        return jax.tree.map(lambda x: jnp.reshape(x, shape + jnp.shape(x)[1:]), draws)
+
+    def _draws(self, keys, params, idx, args, kwargs):
+        """The latent sites of one guide run per key, for the members ``idx``: one compiled
+        program per guide and argument structure, run with no handler from outside
+        (:func:`~numpyro_dais._numpyro.isolated`), so that ``idx`` stays an input."""
         names = sites.latent_names(self.prototype_trace)
 
         def one(key):
+            fixed = {**params, self._layout.plate: idx}
             with handlers.trace() as tr, handlers.seed(rng_seed=key):
-                with handlers.substitute(data=params):
+                with handlers.substitute(data=fixed), sites.substituted_plates():
                     self(*args, **kwargs)
             return {k: s["value"] for k, s in tr.items() if s["type"] == "sample" and k in names}
 
-        shape = tuple(sample_shape)
-        if not shape:
-            return one(rng_key)
-        keys = jax.random.split(rng_key, int(np.prod(shape)))
-        draws = jax.vmap(one)(keys)
-        return jax.tree.map(lambda x: jnp.reshape(x, shape + jnp.shape(x)[1:]), draws)
+        return jax.vmap(one)(keys)
 
     def log_evidence(
         self, rng_key, params, *args, num_particles=1000, batch_size=None, **kwargs
@@ -62,9 +73,8 @@ class SemiDAISQueries:
         num_particles = check_positive_int("num_particles", num_particles)
         batch_size = check_batch_size(batch_size)
         self._set_up_with(rng_key, params, args, kwargs)
-        if getattr(self, "_evidence_fn", None) is None:
-            self._evidence_fn = jit_by_leaves(self._log_evidence)
-        out = self._evidence_fn(rng_key, params, args, kwargs, num_particles, batch_size)
+        evidence = self._compiled(self._log_evidence)
+        out = evidence(rng_key, params, args, kwargs, num_particles, batch_size)
         what = f"log_evidence's weights (S = {num_particles})"
         _sampling.warn_if_heavy_tailed(type(self).__name__, out.pareto_k, num_particles, what)
         return out

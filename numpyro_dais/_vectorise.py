@@ -76,3 +76,21 @@ def jit_by_leaves(fn):
 
     wrapped.cache = cache  # one compiled program per static configuration
     return wrapped
+
+
+class CompiledPrograms:
+    """Mixin of a guide's compiled programs: each built once per guide by
+    :func:`jit_by_leaves` (so repeated calls reuse its compilations) and left out when the
+    guide is pickled."""
+
+    def _compiled(self, fn, name=None):
+        """``jit_by_leaves(fn)``, built once per guide under ``name`` (default
+        ``fn.__name__``)."""
+        attr = f"_jit_{name or fn.__name__}"
+        if attr not in self.__dict__:
+            self.__dict__[attr] = jit_by_leaves(fn)
+        return self.__dict__[attr]
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        return {k: v for k, v in state.items() if not k.startswith("_jit_")}

@@ -31,13 +31,14 @@ from numpyro_dais._checks import check_positive_float, check_positive_int, check
 from numpyro_dais._reporting import report_diverged
 from numpyro_dais._semidais_queries import SemiDAISQueries
 from numpyro_dais._semidais_setup import SemiDAISSetUp
+from numpyro_dais._vectorise import CompiledPrograms
 from numpyro_dais.engine import dais, gaussian, transitions, weights
 from numpyro_dais.engine.annealing import betas_from_increments
 
 __all__ = ["AutoSemiDAIS"]
 
 
-class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, _numpyro.AutoGuideBridge):
+class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.AutoGuideBridge):
     """Semi-DAIS guide: ``global_guide`` for the global latents, a DAIS chain of ``K``
     transitions (our engine's, vmapped over the plate's members) for each member's local
     latents. Under ``SVI(model, guide, optim, Trace_ELBO())`` the loss is minus the
@@ -234,10 +235,10 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, _numpyro.AutoGuideBridge):
         # a diverged chain must not turn the shared parameters' gradients into NaN
         q0, anneal = weights.zero_nonfinite_grads((q0, anneal))
         with plate:
-            rng_key = numpyro.prng_key()
-            chain_key, select_key = jax.random.split(rng_key)
-            out = self._chains(chain_key, q0, anneal, idx, params, local_args, local_kwargs)
-            z, log_w, bad = member_terms(select_key, out)
+            members = self._compiled(self._members)
+            z, log_w, bad = members(
+                numpyro.prng_key(), q0, anneal, idx, params, local_args, local_kwargs
+            )
             values, log_det = sites.constrain(self.prototype_trace, lay, z)
             result = {}
             for s in lay.sites:
@@ -260,6 +261,15 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, _numpyro.AutoGuideBridge):
         )
         name = type(self).__name__
         return report_diverged(name, jnp.sum(diverged), diverged.size, info, fell_back=True)
+
+    def _members(self, rng_key, q0, anneal, idx, params, local_args, local_kwargs):
+        """:func:`member_terms` of the batch's chains (:meth:`_chains`): a pure function,
+        compiled as one program (:meth:`_compiled`), so that a call of the guide outside
+        ``jit`` (``svi.init``, ``Predictive``, ``sample_posterior``) runs it whole instead of
+        operation by operation, each operation compiled on its own."""
+        chain_key, select_key = jax.random.split(rng_key)
+        out = self._chains(chain_key, q0, anneal, idx, params, local_args, local_kwargs)
+        return member_terms(select_key, out)
 
     def _chains(self, rng_key, q0, anneal, idx, params, local_args, local_kwargs):
         """``num_particles`` DAIS chains per member (:func:`numpyro_dais.engine.dais.run`,
