@@ -240,6 +240,7 @@ SLOW = (
     "tests/test_reliability.py::test_predictive_on_new_inputs",
     "tests/test_reliability.py::test_gpvi_steers_out_of_a_nan_region",
     "tests/test_reliability.py::test_repeated_calls_reuse_their_compiled_programs",
+    "tests/test_reliability.py::test_set_up_finds_numpyros_initial_point_in_one_program",
     "tests/test_reliability.py::test_upstream_subsample_case_is_a_clear_error",
     "tests/test_reliability.py::test_upstream_subsample_case_trains_gpvi",
     "tests/test_reliability.py::test_eager_loss_equals_the_jitted_loss",

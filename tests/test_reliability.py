@@ -479,6 +479,48 @@ def test_eager_loss_equals_the_jitted_loss(guide_cls):
         np.testing.assert_allclose(loss(params, key), jax.jit(loss)(params, key), rtol=1e-5)
 
 
+def test_set_up_finds_numpyros_initial_point_in_one_program():
+    """numpyro's set-up (``initialize_model``) given a batch of one key
+    (:func:`~numpyro_dais._numpyro.compiled_initialization`) finds the initial point in one
+    compiled program: the same values, in the model's site order (the flat latent's
+    layout), as its search outside ``jit``, which compiles each operation of the log
+    density and its gradient on its own. Shapes of this test only, so that no program of
+    another test is reused; the compiled search runs first, so the eager one reuses the
+    model's forward operations and the count compares the gradients' programs alone."""
+    from jax import monitoring
+    from numpyro.infer.autoguide import AutoNormal
+
+    X = jax.random.normal(jax.random.key(0), (37, 13))
+    y = (X[:, 0] > 0).astype(jnp.float32)
+
+    def model(X, y):
+        b = numpyro.sample("b", dist.Normal(0.0, 1.0).expand([13]).to_event(1))
+        s = numpyro.sample("s", dist.HalfNormal(1.0))
+        a = numpyro.sample("a", dist.Normal(0.0, s))
+        numpyro.sample("y", dist.Bernoulli(logits=a + X @ b), obs=y)
+
+    found, lowered = [], []
+    listener = lambda event, *_, **__: lowered.append("mlir_module" in event)
+    monitoring.register_event_duration_secs_listener(listener)
+    try:
+        for compiled in (True, False):
+            lowered.clear()
+            guide = AutoNormal(model)
+            with numpyro.handlers.seed(rng_seed=3):
+                if compiled:
+                    with _numpyro.compiled_initialization():
+                        guide._setup_prototype(X, y)
+                else:
+                    guide._setup_prototype(X, y)
+            found.append((guide._init_locs, sum(lowered)))
+    finally:
+        monitoring.unregister_event_duration_listener(listener)
+    (one, n_one), (eager, n_eager) = found
+    assert list(one) == list(eager) == ["b", "s", "a"]
+    jax.tree.map(np.testing.assert_array_equal, one, eager)
+    assert n_one < n_eager / 2, (n_one, n_eager)
+
+
 def test_svi_init_is_recognised():
     """Inside ``SVI.init`` the guides skip their bound (only parameters and a latent value
     are kept there); if numpyro renames ``SVI.init`` this fails, instead of every set-up
