@@ -20,7 +20,10 @@ DAIS end points, and AutoNormal.
     python -m benchmarks.autodais_vs_numpyro --quick    # ~2 min
 """
 
+import json
 import statistics
+import subprocess
+import sys
 import time
 import warnings
 
@@ -211,6 +214,66 @@ def fresh_guide_times(makers, X, y, repeats):
     )
 
 
+COLD_SCRIPT = """
+import json, time
+import jax, optax
+from numpyro.infer import SVI, Trace_ELBO
+from benchmarks import autodais_vs_numpyro as bench
+X, y, _ = bench.load_data()
+svi = SVI(bench.model, bench.COLD_MAKERS[{name!r}](), optax.adam(1e-3), Trace_ELBO())
+start = time.perf_counter()
+state = jax.block_until_ready(svi.init(jax.random.key(0), X, y))
+middle = time.perf_counter()
+jax.jit(svi.update).lower(state, X, y).compile()
+print(json.dumps([middle - start, time.perf_counter() - middle]))
+"""
+
+COLD_MAKERS = {
+    "numpyro": lambda: NumpyroAutoDAIS(model, K=8),
+    "ours": lambda: AutoDAIS(model, K=8),
+    "normal": lambda: AutoNormal(model),
+}
+
+
+def cold_guide_times(repeats):
+    """As :func:`fresh_guide_times`, each guide in a new Python process (imports and data
+    loading not timed): what a script or a new notebook kernel waits for, where no other
+    guide has compiled numpyro's per-operation programs before. Returns ``(setup,
+    first_step)``, each ``{name: s}``."""
+    times = {name: ([], []) for name in COLD_MAKERS}
+    for _ in range(repeats):
+        for name in COLD_MAKERS:
+            out = subprocess.run(
+                [sys.executable, "-c", COLD_SCRIPT.format(name=name)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            setup, first = json.loads(out.stdout.strip().splitlines()[-1])
+            times[name][0].append(setup)
+            times[name][1].append(first)
+    return tuple(
+        {name: statistics.median(t[which]) for name, t in times.items()} for which in (0, 1)
+    )
+
+
+def cold_rows(repeats):
+    """The table of :func:`cold_guide_times`."""
+    setup, first = cold_guide_times(repeats)
+    row = lambda t, name, label: (
+        f"| {label} | {t[name] / t['numpyro']:.2f} | {t[name]:.2f} s / {t['numpyro']:.2f} s |"
+    )
+    return [
+        "| in a new process: svi.init; then the first step's compilation | ratio | "
+        "times (guide / numpyro's AutoDAIS) |",
+        "|---|---|---|",
+        row(setup, "ours", "svi.init: AutoDAIS, defaults, K=8 / numpyro's AutoDAIS"),
+        row(setup, "normal", "svi.init: AutoNormal / numpyro's AutoDAIS"),
+        row(first, "ours", "first step's compilation: AutoDAIS / numpyro's AutoDAIS"),
+        "",
+    ]
+
+
 FIRST_QUERIES = {
     "q0": lambda g, k, p, X, y, n: g.sample_posterior(k, p, X, y, sample_shape=(n,)),
     "importance": lambda g, k, p, X, y, n: g.sample_posterior(
@@ -382,6 +445,7 @@ def main():
     ]
 
     if full_table:  # smoke mode: each round compiles a fit and three queries
+        lines += cold_rows(max(1, repeats // 3))
         lines += first_query_rows(X, y, max(1, repeats // 3))
         lines += quickstart_fit_rows(max(1, repeats // 3))
 
