@@ -324,6 +324,29 @@ def test_sample_posterior_on_a_given_subset_and_predictive():
     assert out["x"].shape == (3, 4)
 
 
+def test_draws_are_one_program_reused_across_calls():
+    """``sample_posterior`` is one compiled program per guide: a second call with a new key,
+    new parameter values and other members (the same number) traces, lowers and compiles
+    nothing, where draws run outside ``jit`` re-trace the chains' loop on every call."""
+    from jax import monitoring
+
+    model, guide = semidais(4)
+    params = initial_params(model, guide)
+    moved = jax.tree.map(lambda x: x * 1.01, params)
+    with handlers.substitute(data={"N": jnp.array([0, 2, 3, 4])}):
+        jax.block_until_ready(guide.sample_posterior(jax.random.key(1), params, sample_shape=(3,)))
+    events = []
+    listener = lambda event, *_, **__: events.append(event)
+    monitoring.register_event_duration_secs_listener(listener)
+    try:
+        with handlers.substitute(data={"N": jnp.array([1, 5, 6, 7])}):
+            draws = guide.sample_posterior(jax.random.key(2), moved, sample_shape=(3,))
+    finally:
+        monitoring.unregister_event_duration_listener(listener)
+    assert not [e for e in events if e.startswith("/jax/core/compile/")], events
+    assert draws["z"].shape == (3, 4)
+
+
 def test_log_evidence_covers_the_whole_plate_and_is_exact_when_every_stage_is_exact():
     # trained on batches of 3, the evidence runs one chain for each of the N members: with
     # q(θ) exact and q0_n = p(z_n | x_n, θ), every weight is p(x) up to the leapfrog's
