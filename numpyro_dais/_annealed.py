@@ -197,7 +197,7 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
             dynamics = target.dynamics(view, args, kwargs, params, key)
             return fn(dynamics, target.start(view, args, kwargs, params, key), *operands)
 
-        return jit_by_leaves(call, run_once=True)(args, kwargs, params, operands)
+        return jit_by_leaves(call)(args, kwargs, params, operands)
 
     # -- parameters -------------------------------------------------------------------------
 

@@ -47,36 +47,10 @@ def map_chunks(fn, rng_key, total: int, batch_size=None, mesh=None):
     return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:])[:total], chunks)
 
 
-#: XLA options for a program that runs once (the set-up's): no LLVM optimisation passes, the
-#: older loop emitters, one code-generation module. On CPU they cut the compile time of a
-#: logistic regression's set-up programs by half or more; a program that runs once has
-#: little run time to lose. Options other backends or this jaxlib do not know are dropped.
-RUN_ONCE_OPTIONS = {
-    "xla_backend_optimization_level": 0,
-    "xla_cpu_use_fusion_emitters": False,
-    "xla_cpu_parallel_codegen_split_count": 1,
-}
-
-
-def compile_to_run_once(jitted, dynamic):
-    """``jitted(dynamic)`` compiled with :data:`RUN_ONCE_OPTIONS` on CPU (with JAX's own
-    options elsewhere, under an outer trace, or where XLA refuses them)."""
-    leaves = jax.tree.leaves(dynamic)
-    if jax.default_backend() != "cpu" or any(isinstance(x, jax.core.Tracer) for x in leaves):
-        return jitted(dynamic)
-    lowered = jitted.lower(dynamic)
-    try:
-        compiled = lowered.compile(compiler_options=RUN_ONCE_OPTIONS)
-    except Exception:  # an option unknown to this jaxlib: its defaults
-        compiled = lowered.compile()
-    return compiled(dynamic)
-
-
-def jit_by_leaves(fn, run_once=False):
+def jit_by_leaves(fn):
     """``jax.jit`` for functions of arbitrary arguments: array leaves are traced, every other
     leaf (ints, strings, …) is static. Compilations are cached per static configuration, so
-    repeated ``sample_posterior`` calls do not re-trace the sampler. ``run_once``: a program
-    called once (:func:`compile_to_run_once`), not cached."""
+    repeated ``sample_posterior`` calls do not re-trace the sampler."""
     cache = {}
 
     def wrapped(*args, **kwargs):
@@ -98,8 +72,6 @@ def jit_by_leaves(fn, run_once=False):
                 return fn(*a, **k)
 
             cache[key] = jax.jit(call)
-        if run_once:
-            return compile_to_run_once(cache.pop(key), dynamic)
         return cache[key](dynamic)
 
     wrapped.cache = cache  # one compiled program per static configuration
