@@ -192,6 +192,17 @@ def gpvi_heavy_rows(num_data, repeats, steps):
     ]
 
 
+def set_up_times(guide, X, y, seed=0):
+    """Seconds of ``svi.init`` on ``guide`` and of its first training step's compilation
+    (``jit(svi.update)`` traced, lowered and compiled)."""
+    svi = SVI(model, guide, optax.adam(1e-3), Trace_ELBO())
+    start = time.perf_counter()
+    state = jax.block_until_ready(svi.init(jax.random.key(seed), X, y))
+    middle = time.perf_counter()
+    jax.jit(svi.update).lower(state, X, y).compile()
+    return middle - start, time.perf_counter() - middle
+
+
 def fresh_guide_times(makers, X, y, repeats):
     """Median seconds of ``svi.init`` on a fresh guide (set-up and the guide's first, eager
     run: compilation included) and of the first training step's compilation after it
@@ -201,38 +212,30 @@ def fresh_guide_times(makers, X, y, repeats):
     times = {name: ([], []) for name in makers}
     for round_ in range(repeats + 1):
         for name, make in makers.items():
-            svi = SVI(model, make(), optax.adam(1e-3), Trace_ELBO())
-            start = time.perf_counter()
-            state = jax.block_until_ready(svi.init(jax.random.key(round_), X, y))
-            middle = time.perf_counter()
-            jax.jit(svi.update).lower(state, X, y).compile()
+            setup, first = set_up_times(make(), X, y, round_)
             if round_:
-                times[name][0].append(middle - start)
-                times[name][1].append(time.perf_counter() - middle)
+                times[name][0].append(setup)
+                times[name][1].append(first)
     return tuple(
         {name: statistics.median(t[which]) for name, t in times.items()} for which in (0, 1)
     )
 
 
 COLD_SCRIPT = """
-import json, time
-import jax, optax
-from numpyro.infer import SVI, Trace_ELBO
+import json
 from benchmarks import autodais_vs_numpyro as bench
 X, y, _ = bench.load_data()
-svi = SVI(bench.model, bench.COLD_MAKERS[{name!r}](), optax.adam(1e-3), Trace_ELBO())
-start = time.perf_counter()
-state = jax.block_until_ready(svi.init(jax.random.key(0), X, y))
-middle = time.perf_counter()
-jax.jit(svi.update).lower(state, X, y).compile()
-print(json.dumps([middle - start, time.perf_counter() - middle]))
+print(json.dumps(bench.set_up_times(bench.GUIDE_MAKERS[{name!r}](), X, y)))
 """
 
-COLD_MAKERS = {
+#: the guides whose set-up is timed, breast cancer LR, K = 8
+GUIDE_MAKERS = {
     "numpyro": lambda: NumpyroAutoDAIS(model, K=8),
     "ours": lambda: AutoDAIS(model, K=8),
+    "gpvi": lambda: AutoGPVI(model, num_particles=16),
     "normal": lambda: AutoNormal(model),
 }
+COLD = ("numpyro", "ours", "normal")
 
 
 def cold_guide_times(repeats):
@@ -240,9 +243,9 @@ def cold_guide_times(repeats):
     loading not timed): what a script or a new notebook kernel waits for, where no other
     guide has compiled numpyro's per-operation programs before. Returns ``(setup,
     first_step)``, each ``{name: s}``."""
-    times = {name: ([], []) for name in COLD_MAKERS}
+    times = {name: ([], []) for name in COLD}
     for _ in range(repeats):
-        for name in COLD_MAKERS:
+        for name in COLD:
             out = subprocess.run(
                 [sys.executable, "-c", COLD_SCRIPT.format(name=name)],
                 capture_output=True,
@@ -412,13 +415,7 @@ def main():
         "",
     ]
 
-    makers = {
-        "numpyro": lambda: NumpyroAutoDAIS(model, K=K),
-        "ours": lambda: AutoDAIS(model, K=K),
-        "gpvi": lambda: AutoGPVI(model, num_particles=16),
-        "normal": lambda: AutoNormal(model),
-    }
-    setup, first = fresh_guide_times(makers, X, y, max(1, repeats // 3))
+    setup, first = fresh_guide_times(GUIDE_MAKERS, X, y, max(1, repeats // 3))
     lines += [
         "| set-up: svi.init on a fresh guide (compilation included), breast cancer LR | "
         "ratio | times | target |",

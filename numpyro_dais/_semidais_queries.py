@@ -34,7 +34,8 @@ class SemiDAISQueries:
         ``handlers.substitute(data={plate_name: indices})``."""
         self._set_up_with(rng_key, params, args, kwargs)
         lay = self._layout
-        with handlers.seed(rng_seed=rng_key), sites.substituted_plates():
+        plate_key, rng_key = jax.random.split(rng_key)
+        with handlers.seed(rng_seed=plate_key), sites.substituted_plates():
             with numpyro.plate(lay.plate, lay.size, subsample_size=lay.batch, dim=lay.dim) as idx:
                 pass  # the members: substituted outside, else a batch drawn once for all draws
         shape = tuple(sample_shape)
