@@ -4,8 +4,9 @@ Every query that draws end points by weight (``sample_posterior(method="importan
 any size, ``transport_check`` and the self-check behind the first ``q0`` draws, the
 summaries of a guide whose ``posterior_method`` is ``"importance"``) runs particle systems
 ``CHUNK`` at a time through the same program, instead of compiling one program per number
-of draws. Each draw keeps its own key (``jax.random.split(rng_key, S)``), so the draws equal
-those of one program over all ``S``.
+of draws; compiled for the number of chunks a call runs
+(:func:`numpyro_dais._compile.run_for`). Each draw keeps its own key
+(``jax.random.split(rng_key, S)``), so the draws equal those of one program over all ``S``.
 """
 
 import functools
@@ -56,8 +57,10 @@ def importance(guide, rng_key, fitted, params, args, kwargs, num_systems: int) -
     total = math.ceil(num_systems / CHUNK) * CHUNK
     key_data = np.asarray(jax.random.key_data(jax.random.split(rng_key, total)))
     program = guide._compiled(functools.partial(_program, guide), "importance_chunk")
+    # compiled for this call's chunks of K transitions (cheaply where that is a short run)
+    runs = guide._annealing_runs(total, CHUNK)
     chunks = [
-        program(key_data[i : i + CHUNK], fitted, params, args, kwargs)
+        program.run_for(runs, key_data[i : i + CHUNK], fitted, params, args, kwargs)
         for i in range(0, total, CHUNK)
     ]
     chunks = jax.device_get(chunks)

@@ -89,7 +89,8 @@ class PosteriorQueries:
             k = _sampling.pooled_pareto_k(out.log_weights)
         else:
             run = self._compiled(self._sample_posterior)
-            draws, k = run(rng_key, fitted, params, args, kwargs, plan, method)
+            runs = 1 if method == "q0" else self._annealing_runs(plan.num_draws, plan.batch_size)
+            draws, k = run.run_for(runs, rng_key, fitted, params, args, kwargs, plan, method)
         if method != "q0":
             n = plan.num_draws
             _sampling.warn_if_not_finite(type(self).__name__, draws, method, n)
@@ -97,6 +98,13 @@ class PosteriorQueries:
             what = f"the weights behind the {method!r} draws (S = {S})"
             _sampling.warn_if_heavy_tailed(type(self).__name__, k, S, what)
         return (draws, k) if return_pareto_k else draws
+
+    def _annealing_runs(self, num_systems, batch_size):
+        """How often a program that anneals ``num_systems`` in batches of ``batch_size`` runs
+        its transitions' loop body: ``K`` times per batch
+        (:func:`numpyro_dais._compile.run_for`)."""
+        batches = 1 if batch_size is None else math.ceil(num_systems / batch_size)
+        return self.K * batches
 
     def _sample_posterior(self, rng_key, fitted, params, args, kwargs, plan, method):
         latents, log_w = _sampling.weighted_draws(

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from numpyro_dais._compile import cheap_jit
 from numpyro_dais._vectorise import map_batched, map_chunks, shard_particles
 from numpyro_dais.engine import dais, gaussian, preconditioning, psis, samplers, smc, weights
 from numpyro_dais.results import LogEvidence, SMCDiagnostics
@@ -138,10 +139,10 @@ def importance_system(guide, key, fitted, args, kwargs):
     return jnp.where(jnp.isfinite(jnp.max(out.log_weights)), z, jnp.nan), out.log_weights
 
 
-@jax.jit
+@cheap_jit
 def pooled_pareto_k(log_weights):
     """Pareto ``k̂`` of all of ``log_weights`` pooled into one sample (compiled once per
-    size; inlined under an outer ``jit``)."""
+    size, cheaply; inlined under an outer ``jit``)."""
     return psis.pareto_k(jnp.reshape(log_weights, -1)).k
 
 
@@ -198,10 +199,10 @@ def log_evidence(guide, rng_key, fitted, args, kwargs, num_particles, batch_size
         return LogEvidence(weights.log_mean_exp(log_w), weights.ess(log_w), se, k)
 
 
-@functools.partial(jax.jit, static_argnums=1)
+@cheap_jit(static_argnums=1)
 def pooled_evidence(log_weights, num: int) -> LogEvidence:
     """:func:`evidence_of` the first ``num`` of ``log_weights`` (any shape) pooled: i.i.d.
-    particles of several systems (compiled once per shape and ``num``)."""
+    particles of several systems (compiled once per shape and ``num``, cheaply)."""
     return evidence_of(jnp.reshape(log_weights, -1)[:num])
 
 

@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from numpyro_dais import _compile
+
 
 def shard_particles(tree, mesh):
     """Place the leading (particle) axis of every array in ``tree`` on all axes of ``mesh``
@@ -50,10 +52,13 @@ def map_chunks(fn, rng_key, total: int, batch_size=None, mesh=None):
 def jit_by_leaves(fn):
     """``jax.jit`` for functions of arbitrary arguments: array leaves are traced, every other
     leaf (ints, strings, …) is static. Compilations are cached per static configuration, so
-    repeated ``sample_posterior`` calls do not re-trace the sampler."""
-    cache = {}
+    repeated ``sample_posterior`` calls do not re-trace the sampler.
 
-    def wrapped(*args, **kwargs):
+    ``wrapped.run_for(scale, *args, **kwargs)``: the same call, by a program compiled for
+    ``scale`` runs of its cost (:func:`numpyro_dais._compile.run_for`)."""
+    cache, programs = {}, {}
+
+    def entry(args, kwargs):
         leaves, treedef = jax.tree.flatten((args, kwargs))
         is_array = tuple(isinstance(x, (jax.Array, np.ndarray)) for x in leaves)
         static = tuple(x for x, a in zip(leaves, is_array, strict=True) if not a)
@@ -62,7 +67,7 @@ def jit_by_leaves(fn):
             key = (treedef, is_array, static)
             hash(key)
         except TypeError:  # unhashable static leaf: run without jit
-            return fn(*args, **kwargs)
+            return None, None, None
         if key not in cache:
 
             def call(dynamic):
@@ -72,9 +77,21 @@ def jit_by_leaves(fn):
                 return fn(*a, **k)
 
             cache[key] = jax.jit(call)
-        return cache[key](dynamic)
+        return key, cache[key], dynamic
+
+    def wrapped(*args, **kwargs):
+        key, jitted, dynamic = entry(args, kwargs)
+        return fn(*args, **kwargs) if key is None else jitted(dynamic)
+
+    def run_for(scale, *args, **kwargs):
+        key, jitted, dynamic = entry(args, kwargs)
+        if key is None:
+            return fn(*args, **kwargs)
+        return _compile.run_for(programs, key, jitted, dynamic, scale)
 
     wrapped.cache = cache  # one compiled program per static configuration
+    wrapped.run_for = run_for
+    wrapped.programs = programs  # run_for's, per static configuration and input types
     return wrapped
 
 

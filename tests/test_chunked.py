@@ -3,9 +3,10 @@
 import jax
 import numpy as np
 import optax
+import pytest
 from numpyro.infer import SVI, Trace_ELBO
 
-from numpyro_dais import AutoDAIS, _chunked, _sampling
+from numpyro_dais import AutoDAIS, _chunked, _compile, _sampling
 from tests import models
 
 
@@ -78,3 +79,21 @@ def test_log_evidence_pools_the_importance_program():
     for got, want in zip(ev, expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(k, _sampling.pooled_pareto_k(systems.log_weights), rtol=1e-5)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's options")
+def test_a_short_query_compiles_cheaply_and_a_long_one_optimised(monkeypatch):
+    """The self-check's one chunk compiles at a cheap level (numpyro_dais/_compile.py); a
+    query that runs more chunks than that level's budget recompiles the program once,
+    optimised, and draws the same end points for the same keys."""
+    guide, params, y = _guide_and_params()
+    key = jax.random.key(3)
+    short = guide.sample_posterior(key, params, y, sample_shape=(20,), method="importance")
+    (program,) = guide.__dict__["_jit_importance_chunk"].programs.values()
+    assert program.level == 0
+    one_chunk = program.flops * guide.K
+    monkeypatch.setattr(_compile, "WORK_BUDGETS", (one_chunk, 2 * one_chunk))
+    long = guide.sample_posterior(key, params, y, sample_shape=(3 * 256,), method="importance")
+    (program,) = guide.__dict__["_jit_importance_chunk"].programs.values()
+    assert program.level is None
+    np.testing.assert_allclose(long["z"][:20], short["z"], rtol=1e-5, atol=1e-6)

@@ -1,0 +1,144 @@
+"""Programs compiled for how long they run: XLA:CPU's cheaper code generation where a
+program's run is short next to its compilation.
+
+A guide's queries compile programs that, on a small model, compile for seconds and then run
+for milliseconds: the first ``q0`` draws' self-check (a few hundred particle systems),
+the Pareto ``k̂`` and the evidence of a set of weights. On CPU, most of that compilation is
+LLVM's optimisation of the generated code, which such a run cannot pay back; without it the
+code runs a few times slower. :func:`cheap_jit` compiles a program that is always cheap to
+run without it; :func:`run_for` decides per program from XLA's cost analysis and the
+number of runs the caller expects, so that the same query on a large data set keeps the
+optimised code. Elsewhere than on CPU, and under an outer ``jit``, nothing changes.
+"""
+
+import functools
+import os
+from typing import NamedTuple
+
+import jax
+
+#: XLA:CPU options for a program whose run is short, by how short: no LLVM optimisation
+#: passes, or LLVM's first level; both with the older loop emitters and one code-generation
+#: module. The self-check of a logistic regression (400 rows, 256 systems of 8 particles,
+#: K = 8) compiled in about 1 s with either instead of 4.6 s, and ran in 0.51 s (level 0),
+#: 0.12 s (level 1) and 0.09 s (optimised); the Pareto ``k̂`` of its weights compiled in
+#: 0.1 s at level 0 against 0.5 s at level 1.
+LEVELS = tuple(
+    {
+        "xla_backend_optimization_level": level,
+        "xla_cpu_use_fusion_emitters": False,
+        "xla_cpu_parallel_codegen_split_count": 1,
+    }
+    for level in (0, 1)
+)
+
+#: Floating-point operations (XLA's count) that a program may run in all, over the runs the
+#: caller expects, and still compile at each of :data:`LEVELS`: about 0.2 s of code at level
+#: 0, and a few seconds at level 1, whose runs took up to 1.6 times as long as optimised
+#: code's: less than the 3-5 s of compilation that a sampler's program saves.
+WORK_BUDGETS = (1e8, 3e10)
+
+
+def level_for(work: float) -> int | None:
+    """The index in :data:`LEVELS` for a program of ``work`` flops in all, ``None``: XLA's
+    own optimisation."""
+    return next((i for i, budget in enumerate(WORK_BUDGETS) if work <= budget), None)
+
+
+def on_cpu(leaves) -> bool:
+    """Whether a program on ``leaves`` compiles here for CPU, outside any outer trace."""
+    traced = any(isinstance(x, jax.core.Tracer) for x in leaves)
+    return not traced and jax.default_backend() == "cpu"
+
+
+def options_at(level: int | None) -> dict:
+    """The options of ``LEVELS[level]`` less those that ``XLA_FLAGS`` sets (the user's
+    choice stands); none for ``None``."""
+    if level is None:
+        return {}
+    flags = os.environ.get("XLA_FLAGS", "")
+    return {k: v for k, v in LEVELS[level].items() if f"--{k}=" not in flags}
+
+
+def compile_at(lowered, level: int | None):
+    """``lowered.compile()`` with :func:`options_at` ``level`` (XLA's defaults where it
+    refuses them: an option this jaxlib does not know)."""
+    options = options_at(level)
+    if options:
+        try:
+            return lowered.compile(compiler_options=options)
+        except Exception:
+            pass
+    return lowered.compile()
+
+
+def input_types(leaves) -> tuple:
+    """What a compiled program is specific to: each input's type and placement."""
+    return tuple((jax.typeof(x), getattr(x, "sharding", None)) for x in leaves)
+
+
+def flops(lowered) -> float:
+    """XLA's count of the floating-point operations of ``lowered``, each loop body counted
+    once (``inf`` where XLA gives none)."""
+    try:
+        cost = lowered.cost_analysis()
+    except Exception:
+        return float("inf")
+    return float((cost or {}).get("flops", float("inf")))
+
+
+def cheap_jit(fn=None, *, static_argnums=()):
+    """``jax.jit(fn)`` for a program whose every run is short (sums, sorts and tail fits
+    over a set of weights): on CPU compiled at ``LEVELS[0]``, once per input types and
+    static arguments; inlined under an outer ``jit``."""
+    if fn is None:
+        return functools.partial(cheap_jit, static_argnums=static_argnums)
+    if isinstance(static_argnums, int):
+        static_argnums = (static_argnums,)
+    jitted = jax.jit(fn, static_argnums=static_argnums)
+    cache = {}
+
+    @functools.wraps(fn)
+    def wrapped(*args):
+        dynamic = [a for i, a in enumerate(args) if i not in static_argnums]
+        leaves, treedef = jax.tree.flatten(dynamic)
+        if not on_cpu(leaves):
+            return jitted(*args)
+        static = tuple(args[i] for i in static_argnums)
+        key = (static, treedef, input_types(leaves))
+        if key not in cache:
+            cache[key] = compile_at(jitted.lower(*args), 0)
+        return cache[key](*dynamic)
+
+    return wrapped
+
+
+class _Program(NamedTuple):
+    compiled: object  # jax.stages.Compiled
+    level: int | None  # its index in LEVELS, None: optimised
+    flops: float
+
+
+def _rank(level):
+    return len(LEVELS) if level is None else level
+
+
+def run_for(programs: dict, key, jitted, dynamic, scale: float):
+    """``jitted(dynamic)`` by a program compiled for ``scale`` times the flops of
+    :func:`flops` in all (the caller's number of runs times its loops' trip counts): at the
+    cheapest of :data:`LEVELS` whose budget that stays within, on CPU.
+
+    ``programs`` caches them per ``key`` and input types; a program that a later call
+    expects to run for longer than its level suits is compiled again, more optimised, and
+    replaces it."""
+    leaves = jax.tree.leaves(dynamic)
+    if not on_cpu(leaves):
+        return jitted(dynamic)
+    key = (key, input_types(leaves))
+    program = programs.get(key)
+    if program is None or _rank(level_for(program.flops * scale)) > _rank(program.level):
+        lowered = jitted.lower(dynamic)
+        work = flops(lowered)
+        level = level_for(work * scale)
+        programs[key] = program = _Program(compile_at(lowered, level), level, work)
+    return program.compiled(dynamic)

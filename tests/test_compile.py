@@ -1,0 +1,77 @@
+"""``numpyro_dais._compile``: programs compiled at XLA:CPU's cheaper levels where their run is
+short, with the values of XLA's optimised code."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from numpyro_dais import _compile
+from numpyro_dais._vectorise import jit_by_leaves
+
+cpu_only = pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's options")
+
+
+def _descent(x, options):
+    """A small sampler-like program: a loop of gradient steps, static options as leaves."""
+    step = lambda z, _: (z - options["rate"] * jax.grad(lambda y: jnp.sum(jnp.cosh(y)))(z), None)
+    return jax.lax.scan(step, x, None, length=options["steps"])[0]
+
+
+def test_levels_follow_the_work_budgets():
+    small, large = _compile.WORK_BUDGETS
+    assert _compile.level_for(0.0) == 0 and _compile.level_for(small) == 0
+    assert _compile.level_for(small * 2) == 1 and _compile.level_for(large) == 1
+    assert _compile.level_for(large * 2) is None
+    assert _compile.options_at(None) == {}
+
+
+def test_a_flag_the_user_set_stands(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=2")
+    options = _compile.options_at(0)
+    assert "xla_backend_optimization_level" not in options
+    assert options["xla_cpu_use_fusion_emitters"] is False
+
+
+@cpu_only
+def test_run_for_picks_the_level_and_recompiles_only_to_optimise_more(monkeypatch):
+    """Same values as the optimised program to float32 round-off (the options change XLA's
+    code generation, not the computation). A call that expects a longer run recompiles once,
+    more optimised; a shorter call after it reuses that program."""
+    x = jnp.linspace(-1.0, 1.0, 7)
+    options = {"rate": 0.1, "steps": 5}
+    program = jit_by_leaves(_descent)
+    expected = jax.jit(lambda x: _descent(x, options))(x)
+    work = _compile.flops(jax.jit(lambda x: _descent(x, options)).lower(x))
+    assert 0 < work < np.inf
+    monkeypatch.setattr(_compile, "WORK_BUDGETS", (10 * work, 100 * work))
+    levels = lambda: [p.level for p in program.programs.values()]
+    for scale, level in ((1, 0), (50, 1), (1, 1), (1000, None), (1, None)):
+        np.testing.assert_allclose(program.run_for(scale, x, options), expected, rtol=1e-6)
+        assert levels() == [level]
+    assert len(program.cache) == 1  # one trace, whatever the level
+
+
+def test_under_an_outer_jit_the_program_is_inlined():
+    x = jnp.linspace(-1.0, 1.0, 7)
+    options = {"rate": 0.1, "steps": 3}
+    program = jit_by_leaves(_descent)
+    traced = jax.jit(lambda x: program.run_for(1, x, options))(x)
+    np.testing.assert_allclose(traced, _descent(x, options), rtol=1e-6)
+    assert not program.programs
+
+
+@cpu_only
+def test_cheap_jit_compiles_once_per_input_types_and_static_arguments():
+    calls = []
+
+    @_compile.cheap_jit(static_argnums=1)
+    def head_sum(x, n):
+        calls.append(n)
+        return jnp.sum(x[:n])
+
+    x = jnp.arange(6.0)
+    assert float(head_sum(x, 3)) == 3.0 and float(head_sum(x + 1, 3)) == 6.0
+    assert float(head_sum(x, 4)) == 6.0
+    assert calls == [3, 4]  # traced once per static argument, not per call
+    assert float(jax.jit(lambda x: head_sum(x, 2))(x)) == 1.0
