@@ -37,6 +37,12 @@ from numpyro_dais.engine.annealing import betas_from_increments
 
 BASE_DISTS = ("diagonal", "cholesky")
 
+#: Loop bodies a set-up program runs, for its compilation level
+#: (:func:`numpyro_dais._compile.run_for`): the mode search's Newton iterations times its
+#: Hessian's columns (its body ran about 340 times on a logistic GLMM, D = 71, 2,000 rows),
+#: the refinement's Adam steps.
+SET_UP_RUNS = 300
+
 
 def _float():
     """JAX's default float dtype (float32, or float64 under ``jax_enable_x64``), for the
@@ -190,14 +196,15 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         """``fn(dynamics, start, *operands)`` for the dynamics' log density on this call's
         data and the density whose mode ``q0`` starts at (``target.start``: the full-data
         log joint, for the mini-batch guides too), as one compiled program (the set-up runs
-        eagerly, where each operation of the model would otherwise be compiled on its own)."""
+        eagerly, where each operation of the model would otherwise be compiled on its own),
+        compiled for a run of :data:`SET_UP_RUNS` loop bodies."""
 
         def call(args, kwargs, params, operands):
             view, target = self._view, self._target
             dynamics = target.dynamics(view, args, kwargs, params, key)
             return fn(dynamics, target.start(view, args, kwargs, params, key), *operands)
 
-        return jit_by_leaves(call)(args, kwargs, params, operands)
+        return jit_by_leaves(call).run_for(SET_UP_RUNS, args, kwargs, params, operands)
 
     # -- parameters -------------------------------------------------------------------------
 

@@ -130,9 +130,10 @@ def run_for(programs: dict, key, jitted, dynamic, scale: float):
 
     ``programs`` caches them per ``key`` and input types; a program that a later call
     expects to run for longer than its level suits is compiled again, more optimised, and
-    replaces it."""
+    replaces it. Where ``XLA_FLAGS`` sets the options of :data:`LEVELS` (the test suite
+    does), the plain ``jitted(dynamic)``."""
     leaves = jax.tree.leaves(dynamic)
-    if not on_cpu(leaves):
+    if not on_cpu(leaves) or not options_at(0):  # XLA_FLAGS already chose the options
         return jitted(dynamic)
     key = (key, input_types(leaves))
     program = programs.get(key)

@@ -86,6 +86,7 @@ def test_a_short_query_compiles_cheaply_and_a_long_one_optimised(monkeypatch):
     """The self-check's one chunk compiles at a cheap level (numpyro_dais/_compile.py); a
     query that runs more chunks than that level's budget recompiles the program once,
     optimised, and draws the same end points for the same keys."""
+    monkeypatch.setenv("XLA_FLAGS", "")  # the suite's flags would choose the options
     guide, params, y = _guide_and_params()
     key = jax.random.key(3)
     short = guide.sample_posterior(key, params, y, sample_shape=(20,), method="importance")

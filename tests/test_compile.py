@@ -38,6 +38,7 @@ def test_run_for_picks_the_level_and_recompiles_only_to_optimise_more(monkeypatc
     """Same values as the optimised program to float32 round-off (the options change XLA's
     code generation, not the computation). A call that expects a longer run recompiles once,
     more optimised; a shorter call after it reuses that program."""
+    monkeypatch.setenv("XLA_FLAGS", "")  # the suite's flags would choose the options
     x = jnp.linspace(-1.0, 1.0, 7)
     options = {"rate": 0.1, "steps": 5}
     program = jit_by_leaves(_descent)
@@ -75,3 +76,13 @@ def test_cheap_jit_compiles_once_per_input_types_and_static_arguments():
     assert float(head_sum(x, 4)) == 6.0
     assert calls == [3, 4]  # traced once per static argument, not per call
     assert float(jax.jit(lambda x: head_sum(x, 2))(x)) == 1.0
+
+
+def test_where_xla_flags_choose_the_options_the_program_is_plain_jit(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", " ".join(f"--{k}={v}" for k, v in _compile.LEVELS[0].items()))
+    program = jit_by_leaves(_descent)
+    x = jnp.linspace(-1.0, 1.0, 7)
+    np.testing.assert_allclose(
+        program.run_for(1, x, {"rate": 0.1, "steps": 2}), _descent(x, {"rate": 0.1, "steps": 2})
+    )
+    assert not program.programs and len(program.cache) == 1
