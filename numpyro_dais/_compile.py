@@ -117,6 +117,7 @@ class _Program(NamedTuple):
     compiled: object  # jax.stages.Compiled
     level: int | None  # its index in LEVELS, None: optimised
     flops: float
+    runs: float  # the runs asked of it so far (the scales of its calls, summed)
 
 
 def _rank(level):
@@ -124,22 +125,25 @@ def _rank(level):
 
 
 def run_for(programs: dict, key, jitted, dynamic, scale: float):
-    """``jitted(dynamic)`` by a program compiled for ``scale`` times the flops of
-    :func:`flops` in all (the caller's number of runs times its loops' trip counts): at the
-    cheapest of :data:`LEVELS` whose budget that stays within, on CPU.
+    """``jitted(dynamic)`` by a program compiled for the work asked of it: ``scale`` times
+    the flops of :func:`flops` (the caller's number of runs times its loops' trip counts),
+    summed over its calls so far, at the cheapest of :data:`LEVELS` whose budget that stays
+    within, on CPU.
 
-    ``programs`` caches them per ``key`` and input types; a program that a later call
-    expects to run for longer than its level suits is compiled again, more optimised, and
-    replaces it. Where ``XLA_FLAGS`` sets the options of :data:`LEVELS` (the test suite
-    does), the plain ``jitted(dynamic)``."""
+    ``programs`` caches them per ``key`` and input types; when a call takes that sum past
+    its level's budget (a longer query, or the same one called again and again), the program
+    is compiled again, more optimised, and replaces it. Where ``XLA_FLAGS`` sets the options
+    of :data:`LEVELS` (the test suite does), the plain ``jitted(dynamic)``."""
     leaves = jax.tree.leaves(dynamic)
     if not on_cpu(leaves) or not options_at(0):  # XLA_FLAGS already chose the options
         return jitted(dynamic)
     key = (key, input_types(leaves))
     program = programs.get(key)
-    if program is None or _rank(level_for(program.flops * scale)) > _rank(program.level):
+    runs = scale + (0.0 if program is None else program.runs)
+    if program is None or _rank(level_for(program.flops * runs)) > _rank(program.level):
         lowered = jitted.lower(dynamic)
         work = flops(lowered)
-        level = level_for(work * scale)
-        programs[key] = program = _Program(compile_at(lowered, level), level, work)
+        level = level_for(work * runs)
+        program = _Program(compile_at(lowered, level), level, work, runs)
+    programs[key] = program = program._replace(runs=runs)
     return program.compiled(dynamic)

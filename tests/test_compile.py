@@ -34,10 +34,10 @@ def test_a_flag_the_user_set_stands(monkeypatch):
 
 
 @cpu_only
-def test_run_for_picks_the_level_and_recompiles_only_to_optimise_more(monkeypatch):
+def test_run_for_picks_the_level_by_the_work_asked_so_far(monkeypatch):
     """Same values as the optimised program to float32 round-off (the options change XLA's
-    code generation, not the computation). A call that expects a longer run recompiles once,
-    more optimised; a shorter call after it reuses that program."""
+    code generation, not the computation). The level follows the runs asked of the program
+    so far: a longer call, or the eleventh short one, recompiles it, more optimised."""
     monkeypatch.setenv("XLA_FLAGS", "")  # the suite's flags would choose the options
     x = jnp.linspace(-1.0, 1.0, 7)
     options = {"rate": 0.1, "steps": 5}
@@ -47,7 +47,9 @@ def test_run_for_picks_the_level_and_recompiles_only_to_optimise_more(monkeypatc
     assert 0 < work < np.inf
     monkeypatch.setattr(_compile, "WORK_BUDGETS", (10 * work, 100 * work))
     levels = lambda: [p.level for p in program.programs.values()]
-    for scale, level in ((1, 0), (50, 1), (1, 1), (1000, None), (1, None)):
+    # the runs asked so far: 1, 6, 7, ..., 10 (budget 10), 11, 61, 62 (budget 100), 1062
+    calls = [(1, 0), (5, 0)] + [(1, 0)] * 4 + [(1, 1), (50, 1), (1, 1), (1000, None)]
+    for scale, level in calls:
         np.testing.assert_allclose(program.run_for(scale, x, options), expected, rtol=1e-6)
         assert levels() == [level]
     assert len(program.cache) == 1  # one trace, whatever the level
