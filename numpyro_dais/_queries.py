@@ -150,8 +150,9 @@ class PosteriorQueries:
             out = _chunked.importance(self, rng_key, state, params, args, kwargs, systems)
             out = _sampling.pooled_evidence(out.log_weights, num_particles)
         else:
-            out = self._compiled(self._log_evidence)(
-                rng_key, state, args, kwargs, num_particles, batch_size, mesh
+            runs = self._annealing_runs(num_particles, batch_size)
+            out = self._compiled(self._log_evidence).run_for(
+                runs, rng_key, state, args, kwargs, num_particles, batch_size, mesh
             )
         resampled = self._sampler.resampling is not None and batch_size is not None
         system = min(batch_size, num_particles) if resampled else num_particles
@@ -180,7 +181,7 @@ class PosteriorQueries:
         if num_systems is not None:
             num_systems = check_positive_int("num_systems", num_systems)
         diagnose = self._compiled(self._diagnostics)
-        return diagnose(rng_key, fitted, args, kwargs, num_systems)
+        return diagnose.run_for(self.K, rng_key, fitted, args, kwargs, num_systems)
 
     def _diagnostics(self, rng_key, fitted, args, kwargs, num_systems):
         return _sampling.diagnostics(self, rng_key, fitted, args, kwargs, num_systems)
@@ -236,7 +237,10 @@ class PosteriorQueries:
             end = out.z
         else:
             draw = self._compiled(self._draw)
-            end = draw(rng_key, fitted, args, kwargs, "importance", num_samples, batch_size)
+            runs = self._annealing_runs(num_samples, batch_size)
+            end = draw.run_for(
+                runs, rng_key, fitted, args, kwargs, "importance", num_samples, batch_size
+            )
         check = dais0.transport_check(_sampling.in_z(fitted.affine, fitted.q0), end)
         return transport_verdict(self, check, mean_tol, std_ratio_tol, warn)
 
@@ -280,7 +284,8 @@ class PosteriorQueries:
         if method == "importance" and _chunked.applies(None, None, key, fitted, args, kwargs):
             return _chunked.importance(self, key, fitted, params, args, kwargs, SUMMARY_DRAWS).z
         draw = self._compiled(self._draw)
-        return draw(key, fitted, args, kwargs, method, SUMMARY_DRAWS)
+        runs = 1 if method == "q0" else self._annealing_runs(SUMMARY_DRAWS, None)
+        return draw.run_for(runs, key, fitted, args, kwargs, method, SUMMARY_DRAWS)
 
     def _summary(self, params, reduce):
         """``reduce`` (over the leading axis) of the draws behind :meth:`_summary_draws`, site

@@ -10,6 +10,8 @@ Reference: Jankowiak & Phan (2022), "Surrogate likelihoods for variational annea
 importance sampling", §7.6 and appendix A.1.
 """
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -41,7 +43,7 @@ class SemiDAISQueries:
         shape = tuple(sample_shape)
         keys = jax.random.split(rng_key, int(np.prod(shape)) if shape else 1)
         with _numpyro.isolated():
-            draws = self._compiled(self._draws)(keys, params, idx, args, kwargs)
+            draws = self._compiled(self._draws).run_for(self.K, keys, params, idx, args, kwargs)
         return jax.tree.map(lambda x: jnp.reshape(x, shape + jnp.shape(x)[1:]), draws)
 
     def _draws(self, keys, params, idx, args, kwargs):
@@ -75,7 +77,9 @@ class SemiDAISQueries:
         batch_size = check_batch_size(batch_size)
         self._set_up_with(rng_key, params, args, kwargs)
         evidence = self._compiled(self._log_evidence)
-        out = evidence(rng_key, params, args, kwargs, num_particles, batch_size)
+        batches = 1 if batch_size is None else math.ceil(num_particles / batch_size)
+        runs = self.K * batches  # the chains' loop bodies
+        out = evidence.run_for(runs, rng_key, params, args, kwargs, num_particles, batch_size)
         what = f"log_evidence's weights (S = {num_particles})"
         _sampling.warn_if_heavy_tailed(type(self).__name__, out.pareto_k, num_particles, what)
         return out

@@ -236,8 +236,8 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
         q0, anneal = weights.zero_nonfinite_grads((q0, anneal))
         with plate:
             members = self._compiled(self._members)
-            z, log_w, bad = members(
-                numpyro.prng_key(), q0, anneal, idx, params, local_args, local_kwargs
+            z, log_w, bad = members.run_for(
+                self.K, numpyro.prng_key(), q0, anneal, idx, params, local_args, local_kwargs
             )
             values, log_det = sites.constrain(self.prototype_trace, lay, z)
             result = {}
