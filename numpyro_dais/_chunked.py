@@ -57,10 +57,12 @@ def importance(guide, rng_key, fitted, params, args, kwargs, num_systems: int) -
     total = math.ceil(num_systems / CHUNK) * CHUNK
     key_data = np.asarray(jax.random.key_data(jax.random.split(rng_key, total)))
     program = guide._compiled(functools.partial(_program, guide), "importance_chunk")
-    # compiled for this call's chunks of K transitions (cheaply where that is a short run)
+    # compiled for the whole query's chunks of K transitions, asked with its first chunk
     runs = guide._annealing_runs(total, CHUNK)
     chunks = [
-        program.run_for(runs, key_data[i : i + CHUNK], fitted, params, args, kwargs)
+        program.run_for(
+            runs if i == 0 else 0, key_data[i : i + CHUNK], fitted, params, args, kwargs
+        )
         for i in range(0, total, CHUNK)
     ]
     chunks = jax.device_get(chunks)

@@ -5,13 +5,13 @@ A guide's queries compile programs that, on a small model, compile for seconds a
 for milliseconds: the first ``q0`` draws' self-check (a few hundred particle systems),
 the Pareto ``k̂`` and the evidence of a set of weights. On CPU, most of that compilation is
 LLVM's optimisation of the generated code, which such a run cannot pay back; without it the
-code runs a few times slower. :func:`cheap_jit` compiles a program that is always cheap to
-run without it; :func:`run_for` decides per program from XLA's cost analysis and the
-number of runs the caller expects, so that the same query on a large data set keeps the
-optimised code. Elsewhere than on CPU, and under an outer ``jit``, nothing changes.
+code runs a few times slower. :func:`run_for` decides per program from XLA's cost analysis
+and the runs asked of it (``0`` for a program whose run is always short), so that the same
+query on a large data set keeps the optimised code. Elsewhere than on CPU, and under an
+outer ``jit``, nothing changes.
 """
 
-import functools
+import math
 import os
 from typing import NamedTuple
 
@@ -87,30 +87,11 @@ def flops(lowered) -> float:
     return float((cost or {}).get("flops", float("inf")))
 
 
-def cheap_jit(fn=None, *, static_argnums=()):
-    """``jax.jit(fn)`` for a program whose every run is short (sums, sorts and tail fits
-    over a set of weights): on CPU compiled at ``LEVELS[0]``, once per input types and
-    static arguments; inlined under an outer ``jit``."""
-    if fn is None:
-        return functools.partial(cheap_jit, static_argnums=static_argnums)
-    if isinstance(static_argnums, int):
-        static_argnums = (static_argnums,)
-    jitted = jax.jit(fn, static_argnums=static_argnums)
-    cache = {}
-
-    @functools.wraps(fn)
-    def wrapped(*args):
-        dynamic = [a for i, a in enumerate(args) if i not in static_argnums]
-        leaves, treedef = jax.tree.flatten(dynamic)
-        if not on_cpu(leaves):
-            return jitted(*args)
-        static = tuple(args[i] for i in static_argnums)
-        key = (static, treedef, input_types(leaves))
-        if key not in cache:
-            cache[key] = compile_at(jitted.lower(*args), 0)
-        return cache[key](*dynamic)
-
-    return wrapped
+def annealing_runs(K: int, num_systems: int = 1, batch_size: int | None = None) -> int:
+    """How often a program that anneals ``num_systems`` in batches of ``batch_size``
+    (``None``: all at once) runs its transitions' loop body: ``K`` times per batch."""
+    batches = 1 if batch_size is None else math.ceil(num_systems / batch_size)
+    return K * batches
 
 
 class _Program(NamedTuple):
@@ -130,7 +111,9 @@ def run_for(programs: dict, key, jitted, dynamic, scale: float):
     summed over its calls so far, at the cheapest of :data:`LEVELS` whose budget that stays
     within, on CPU.
 
-    ``programs`` caches them per ``key`` and input types; when a call takes that sum past
+    ``scale=0``: a program whose every run is short (sums, sorts and tail fits over a set of
+    weights), kept at the cheapest level. ``programs`` caches them per ``key`` and input
+    types; when a call takes that sum past
     its level's budget (a longer query, or the same one called again and again), the program
     is compiled again, more optimised, and replaces it. Where ``XLA_FLAGS`` sets the options
     of :data:`LEVELS` (the test suite does), the plain ``jitted(dynamic)``."""

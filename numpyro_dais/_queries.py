@@ -24,6 +24,7 @@ from numpyro_dais._checks import (
     check_mesh,
     check_positive_int,
 )
+from numpyro_dais._compile import annealing_runs
 from numpyro_dais._selfcheck import check_q0_once, transport_verdict
 from numpyro_dais.engine import dais0, gaussian
 from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransitionParams, TransportReport
@@ -89,7 +90,7 @@ class PosteriorQueries:
             k = _sampling.pooled_pareto_k(out.log_weights)
         else:
             run = self._compiled(self._sample_posterior)
-            runs = 1 if method == "q0" else self._annealing_runs(plan.num_draws, plan.batch_size)
+            runs = self._annealing_runs(plan.num_draws, plan.batch_size, method)
             draws, k = run.run_for(runs, rng_key, fitted, params, args, kwargs, plan, method)
         if method != "q0":
             n = plan.num_draws
@@ -99,12 +100,10 @@ class PosteriorQueries:
             _sampling.warn_if_heavy_tailed(type(self).__name__, k, S, what)
         return (draws, k) if return_pareto_k else draws
 
-    def _annealing_runs(self, num_systems, batch_size):
-        """How often a program that anneals ``num_systems`` in batches of ``batch_size`` runs
-        its transitions' loop body: ``K`` times per batch
-        (:func:`numpyro_dais._compile.run_for`)."""
-        batches = 1 if batch_size is None else math.ceil(num_systems / batch_size)
-        return self.K * batches
+    def _annealing_runs(self, num_systems, batch_size=None, method="importance"):
+        """The loop bodies a query's program runs (:func:`numpyro_dais._compile.run_for`):
+        one for ``q0`` draws, else :func:`~numpyro_dais._compile.annealing_runs`."""
+        return 1 if method == "q0" else annealing_runs(self.K, num_systems, batch_size)
 
     def _sample_posterior(self, rng_key, fitted, params, args, kwargs, plan, method):
         latents, log_w = _sampling.weighted_draws(
@@ -284,7 +283,7 @@ class PosteriorQueries:
         if method == "importance" and _chunked.applies(None, None, key, fitted, args, kwargs):
             return _chunked.importance(self, key, fitted, params, args, kwargs, SUMMARY_DRAWS).z
         draw = self._compiled(self._draw)
-        runs = 1 if method == "q0" else self._annealing_runs(SUMMARY_DRAWS, None)
+        runs = self._annealing_runs(SUMMARY_DRAWS, method=method)
         return draw.run_for(runs, key, fitted, args, kwargs, method, SUMMARY_DRAWS)
 
     def _summary(self, params, reduce):

@@ -16,8 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_dais._compile import cheap_jit
-from numpyro_dais._vectorise import map_batched, map_chunks, shard_particles
+from numpyro_dais._vectorise import jit_short_run, map_batched, map_chunks, shard_particles
 from numpyro_dais.engine import dais, gaussian, preconditioning, psis, samplers, smc, weights
 from numpyro_dais.results import LogEvidence, SMCDiagnostics
 
@@ -139,7 +138,7 @@ def importance_system(guide, key, fitted, args, kwargs):
     return jnp.where(jnp.isfinite(jnp.max(out.log_weights)), z, jnp.nan), out.log_weights
 
 
-@cheap_jit
+@jit_short_run
 def pooled_pareto_k(log_weights):
     """Pareto ``k̂`` of all of ``log_weights`` pooled into one sample (compiled once per
     size, cheaply; inlined under an outer ``jit``)."""
@@ -199,7 +198,7 @@ def log_evidence(guide, rng_key, fitted, args, kwargs, num_particles, batch_size
         return LogEvidence(weights.log_mean_exp(log_w), weights.ess(log_w), se, k)
 
 
-@cheap_jit(static_argnums=1)
+@jit_short_run
 def pooled_evidence(log_weights, num: int) -> LogEvidence:
     """:func:`evidence_of` the first ``num`` of ``log_weights`` (any shape) pooled: i.i.d.
     particles of several systems (compiled once per shape and ``num``, cheaply)."""

@@ -10,8 +10,6 @@ Reference: Jankowiak & Phan (2022), "Surrogate likelihoods for variational annea
 importance sampling", §7.6 and appendix A.1.
 """
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,6 +20,7 @@ from numpyro.infer import Trace_ELBO
 from numpyro_dais import _numpyro, _sampling
 from numpyro_dais import _semidais_sites as sites
 from numpyro_dais._checks import check_batch_size, check_positive_int
+from numpyro_dais._compile import annealing_runs
 from numpyro_dais._vectorise import map_chunks
 from numpyro_dais.results import LogEvidence
 
@@ -77,8 +76,7 @@ class SemiDAISQueries:
         batch_size = check_batch_size(batch_size)
         self._set_up_with(rng_key, params, args, kwargs)
         evidence = self._compiled(self._log_evidence)
-        batches = 1 if batch_size is None else math.ceil(num_particles / batch_size)
-        runs = self.K * batches  # the chains' loop bodies
+        runs = annealing_runs(self.K, num_particles, batch_size)
         out = evidence.run_for(runs, rng_key, params, args, kwargs, num_particles, batch_size)
         what = f"log_evidence's weights (S = {num_particles})"
         _sampling.warn_if_heavy_tailed(type(self).__name__, out.pareto_k, num_particles, what)

@@ -1,5 +1,6 @@
 """Vectorised and compiled entry points: particles over a mesh, chunked maps, a jit cache."""
 
+import functools
 import math
 
 import jax
@@ -92,6 +93,16 @@ def jit_by_leaves(fn):
     wrapped.cache = cache  # one compiled program per static configuration
     wrapped.run_for = run_for
     wrapped.programs = programs  # run_for's, per static configuration and input types
+    return wrapped
+
+
+def jit_short_run(fn):
+    """:func:`jit_by_leaves` for a program whose every run is short next to its compilation
+    (``run_for(0, …)``: on CPU compiled at the cheapest level, :mod:`numpyro_dais._compile`);
+    inlined under an outer ``jit``."""
+    program = jit_by_leaves(fn)
+    wrapped = functools.wraps(fn)(lambda *args, **kwargs: program.run_for(0, *args, **kwargs))
+    wrapped.programs = program.programs
     return wrapped
 
 

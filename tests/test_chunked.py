@@ -97,4 +97,5 @@ def test_a_short_query_compiles_cheaply_and_a_long_one_optimised(monkeypatch):
     long = guide.sample_posterior(key, params, y, sample_shape=(3 * 256,), method="importance")
     (program,) = guide.__dict__["_jit_importance_chunk"].programs.values()
     assert program.level is None
+    assert program.runs == 4 * guide.K  # each chunk's K transitions, asked once per query
     np.testing.assert_allclose(long["z"][:20], short["z"], rtol=1e-5, atol=1e-6)

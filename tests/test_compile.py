@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from numpyro_dais import _compile
-from numpyro_dais._vectorise import jit_by_leaves
+from numpyro_dais._vectorise import jit_by_leaves, jit_short_run
 
 cpu_only = pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's options")
 
@@ -65,19 +65,24 @@ def test_under_an_outer_jit_the_program_is_inlined():
 
 
 @cpu_only
-def test_cheap_jit_compiles_once_per_input_types_and_static_arguments():
+def test_a_short_run_program_stays_cheap_and_compiles_once_per_static_argument(monkeypatch):
+    """``jit_short_run`` (the weights' Pareto k̂ and evidence): however often it is called,
+    compiled once per static argument at the cheapest level; inlined under an outer ``jit``."""
+    monkeypatch.setenv("XLA_FLAGS", "")  # the suite's flags would choose the options
     calls = []
 
-    @_compile.cheap_jit(static_argnums=1)
     def head_sum(x, n):
         calls.append(n)
         return jnp.sum(x[:n])
 
+    program = jit_short_run(head_sum)
     x = jnp.arange(6.0)
-    assert float(head_sum(x, 3)) == 3.0 and float(head_sum(x + 1, 3)) == 6.0
-    assert float(head_sum(x, 4)) == 6.0
+    for _ in range(20):
+        assert float(program(x, 3)) == 3.0
+    assert float(program(x + 1, 3)) == 6.0 and float(program(x, 4)) == 6.0
     assert calls == [3, 4]  # traced once per static argument, not per call
-    assert float(jax.jit(lambda x: head_sum(x, 2))(x)) == 1.0
+    assert [p.level for p in program.programs.values()] == [0, 0]
+    assert float(jax.jit(lambda x: program(x, 2))(x)) == 1.0
 
 
 def test_where_xla_flags_choose_the_options_the_program_is_plain_jit(monkeypatch):
