@@ -280,6 +280,27 @@ def test_q0_used_as_the_posterior_is_checked_once():
         AutoDAIS(models.linear_gaussian, self_check="yes")
 
 
+def test_a_q0_narrower_than_the_posterior_is_loud_though_the_end_points_agree():
+    """q0 at the exact posterior mean with a quarter of its sds, and short steps (K = 4,
+    η = 0.05), so that the end points stay near q0 and the transport check passes: the
+    MALA chains of the self-check spread to about 4 times q0's std and the first q0 draws
+    warn, naming the coordinate and the fix. At the exact marginal sds: no warning."""
+    y = models.linear_gaussian_data()
+    mean, cov = models.linear_gaussian_posterior(y)
+    sd = jnp.sqrt(jnp.diag(cov))
+    options = dict(K=4, eta_init=0.05, eta_max=0.1, laplace_init=False)
+    guide = AutoDAIS(models.linear_gaussian, **options)
+    svi = _svi(models.linear_gaussian, guide)
+    params = svi.get_params(svi.init(jax.random.key(0), y))
+    narrow = {**params, "auto_z_0_loc": mean, "auto_z_0_scale": sd / 4}
+    assert guide.transport_check(jax.random.key(0), narrow, y, warn=False).ok
+    with pytest.warns(UserWarning, match=r"q0 is narrower than the posterior at z\[.\].*Fix:"):
+        guide.sample_posterior(jax.random.key(0), narrow, sample_shape=(10,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        guide.median({**params, "auto_z_0_loc": mean, "auto_z_0_scale": sd})
+
+
 @pytest.mark.filterwarnings("ignore:.*could not be fitted")  # the weights' k̂: all diverged
 def test_annealed_draws_that_are_not_finite_are_loud():
     """Steps far beyond the integrator's stability limit: every particle diverges, and the
