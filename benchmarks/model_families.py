@@ -45,6 +45,8 @@ OFF = 0.5
 #: our warnings, by a phrase of their message
 WARNINGS = {
     "q0 disagrees": "q0 check",
+    "q0 is narrower": "q0 chains",
+    "q0 is wider": "q0 chains",
     "Pareto k̂": "k̂",
     "diverged": "divergences",
     "Laplace start": "set-up",
