@@ -25,7 +25,7 @@ from numpyro_dais._checks import (
     check_positive_int,
 )
 from numpyro_dais._compile import annealing_runs
-from numpyro_dais._selfcheck import check_q0_once, transport_verdict
+from numpyro_dais._selfcheck import check_q0_once, run_chains, transport_verdict
 from numpyro_dais.engine import dais0, gaussian
 from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransitionParams, TransportReport
 
@@ -224,8 +224,13 @@ class PosteriorQueries:
         deviations must stay below ``mean_tol`` and the std ratio within
         ``[1 / std_ratio_tol, std_ratio_tol]`` (a diagonal ``q0`` fitted by the
         symmetrised KL is narrower than the marginals of a correlated posterior: ratio
-        ``(1 − ρ²)^{1/4}`` for correlation ``ρ``). With ``warn=True`` a failed check also
-        raises a ``UserWarning`` carrying the fix.
+        ``(1 − ρ²)^{1/4}`` for correlation ``ρ``). The end points are ``K`` short steps
+        from ``q0`` and can agree with a ``q0`` too narrow for the posterior, so where the
+        dynamics run on the full-data posterior (AutoDAIS, AutoDSMCS) it also runs 64
+        Metropolis-adjusted Langevin chains of 100 steps from ``q0`` draws, which leave the
+        posterior invariant, and their std must stay within the same ratio of ``q0``'s
+        (``chain_std_ratio``). With ``warn=True`` a failed check also raises a
+        ``UserWarning`` carrying the fix.
         """
         num_samples = check_positive_int("num_samples", num_samples, minimum=2)
         batch_size = check_batch_size(batch_size)
@@ -241,7 +246,8 @@ class PosteriorQueries:
                 runs, rng_key, fitted, args, kwargs, "importance", num_samples, batch_size
             )
         check = dais0.transport_check(_sampling.in_z(fitted.affine, fitted.q0), end)
-        return transport_verdict(self, check, mean_tol, std_ratio_tol, warn)
+        chains = run_chains(self, jax.random.fold_in(rng_key, 1), fitted, args, kwargs)
+        return transport_verdict(self, check, mean_tol, std_ratio_tol, warn, chains)
 
     # -- q0 as an explicit posterior (DAIS₀) -----------------------------------------------------
 

@@ -34,8 +34,6 @@ MIN_FINITE = 0.95
 #: reached 2.4 times it on a stochastic-volatility series whose q0 was 2.5 times too narrow
 RELAX_CHAINS = 64
 RELAX_STEPS = 100
-#: the chains' std over q0's outside ``[1 / tol, tol]`` fails the check
-RELAX_STD_TOL = 2.0
 #: below this acceptance the chains hardly moved: the check says nothing
 RELAX_MIN_ACCEPTANCE = 0.2
 
@@ -71,12 +69,9 @@ def check_q0_once(guide, params) -> None:
         # the annealing cannot run here (e.g. a guide inside an AutoGuideList, whose model
         # hides sites that another guide draws): nothing to compare q0 with
         return
-    messages = [] if report.ok else [report.message]
-    if not guide._target.supports_subsampling:  # the dynamics' target is the posterior
-        messages.append(relaxation_message(guide, params, args, kwargs))
-    for message in filter(None, messages):
+    if not report.ok:
         warnings.warn(
-            f"{message} (Checked once for these params on the set-up data, before "
+            f"{report.message} (Checked once for these params on the set-up data, before "
             "their first use as the posterior; `self_check=False` skips the check.)",
             UserWarning,
             stacklevel=4,
@@ -90,46 +85,70 @@ def _relaxation(guide, rng_key, fitted, args, kwargs):
     return mala.relaxation_check(key_run, q0, log_target, RELAX_CHAINS, RELAX_STEPS)
 
 
-def relaxation_message(guide, params, args, kwargs) -> str | None:
-    """The warning when MALA chains started at ``q0`` draws spread outside
-    ``[1 / RELAX_STD_TOL, RELAX_STD_TOL]`` times ``q0``'s std in some coordinate of ``z``;
-    ``None`` when they stay within it, or cannot say (they hardly moved, or diverged)."""
+def run_chains(guide, rng_key, fitted, args, kwargs) -> mala.RelaxationCheck | None:
+    """:func:`numpyro_dais.engine.mala.relaxation_check` of ``guide``'s ``q0`` on its
+    posterior (:data:`RELAX_CHAINS` chains of :data:`RELAX_STEPS`); ``None`` where its
+    dynamics do not run on the full-data posterior (a surrogate, a mini-batch)."""
+    if guide._target.supports_subsampling:
+        return None
     run = guide._compiled(lambda *a: _relaxation(guide, *a), "relaxation")
-    fitted = guide._params_from(params)
-    check = run.run_for(RELAX_STEPS, jax.random.key(0), fitted, args, kwargs)
-    ratio = np.asarray(check.std_ratio)
-    if float(check.acceptance) < RELAX_MIN_ACCEPTANCE or float(check.finite_fraction) < MIN_FINITE:
-        return None
-    j = int(np.argmax(np.abs(np.log(np.where(np.isfinite(ratio), ratio, 1.0)))))
-    if 1.0 / RELAX_STD_TOL <= ratio[j] <= RELAX_STD_TOL:
-        return None
+    return run.run_for(RELAX_STEPS, rng_key, fitted, args, kwargs)
+
+
+def _farthest_from_one(ratio) -> int:
+    """The index of the finite ratio farthest from 1 (in log)."""
+    return int(np.argmax(np.abs(np.log(np.where(np.isfinite(ratio), ratio, 1.0)))))
+
+
+def _chains_verdict(guide, chains, std_ratio_tol, end_points_ok):
+    """``(std ratio (D,) or None, message or None)``: the message when the chains' std leaves
+    ``[1 / std_ratio_tol, std_ratio_tol]`` times ``q0``'s in some coordinate of ``z``; none
+    when it stays within, or the chains cannot say (they hardly moved, or diverged)."""
+    if chains is None:
+        return None, None
+    ratio = np.asarray(chains.std_ratio)
+    if (
+        float(chains.acceptance) < RELAX_MIN_ACCEPTANCE
+        or float(chains.finite_fraction) < MIN_FINITE
+    ):
+        return ratio, None
+    j = _farthest_from_one(ratio)
+    if 1.0 / std_ratio_tol <= ratio[j] <= std_ratio_tol:
+        return ratio, None
     name, coordinate = type(guide).__name__, guide._coordinate_names()[j]
     wider = ratio[j] > 1.0
-    return (
+    end_points = (
+        ", while the annealed end points, a few uncorrected steps from q0, stay near it"
+        if end_points_ok
+        else ""
+    )
+    return ratio, (
         f"{name}: q0 is {'narrower' if wider else 'wider'} than the posterior at "
         f"{coordinate}: Metropolis-adjusted Langevin chains started at q0 draws spread to "
         f"{ratio[j]:.2f} times q0's std there within {RELAX_STEPS} steps (tolerance a ratio "
-        f"of {RELAX_STD_TOL:g}), while the annealed end points, a few uncorrected steps "
-        "from q0, stay near it. q0 draws (DAIS₀, median, quantiles), and the 'importance' "
-        f"draws with them, {'understate' if wider else 'overstate'} the uncertainty there. "
-        "Fix: draw with sample_posterior(..., method='psis'), which reweights the end "
-        "points of many particle systems and reports its Pareto k̂; train with more "
-        "particles (`num_particles`) and transitions (`K`); and compare with NUTS (q0 "
-        "gives it a good initial point)."
+        f"of {std_ratio_tol:g}){end_points}. q0 draws (DAIS₀, median, quantiles), and the "
+        f"'importance' draws with them, {'understate' if wider else 'overstate'} the "
+        "uncertainty there. Fix: draw with sample_posterior(..., method='psis'), which "
+        "reweights the end points of many particle systems and reports its Pareto k̂; train "
+        "with more particles (`num_particles`) and transitions (`K`); and compare with NUTS "
+        "(q0 gives it a good initial point)."
     )
 
 
-def transport_verdict(guide, check, mean_tol, std_ratio_tol, warn) -> TransportReport:
+def transport_verdict(guide, check, mean_tol, std_ratio_tol, warn, chains=None) -> TransportReport:
     """The :class:`TransportReport` of a :func:`numpyro_dais.engine.dais0.transport_check`
-    result ``check`` (q0 against the end points, per unconstrained coordinate), with the
-    fix in its message; a ``UserWarning`` too when it fails and ``warn``."""
+    result ``check`` (q0 against the end points, per unconstrained coordinate) and of
+    ``chains`` (:func:`run_chains`, ``None``: not run), with the fix in its message; a
+    ``UserWarning`` too when it fails and ``warn``."""
     shift, ratio = np.asarray(check.mean_shift), np.exp(np.asarray(check.log_std_ratio))
     finite = float(check.finite_fraction)
     names = guide._coordinate_names()
     # written so that NaN (no finite end point, or one that does not vary) fails
     bad_mean = ~(np.abs(shift) <= mean_tol)
     bad_std = ~((ratio <= std_ratio_tol) & (ratio >= 1.0 / std_ratio_tol))
-    ok = not bool(np.any(bad_mean | bad_std)) and finite >= MIN_FINITE
+    end_points_ok = not bool(np.any(bad_mean | bad_std)) and finite >= MIN_FINITE
+    chain_ratio, chains_message = _chains_verdict(guide, chains, std_ratio_tol, end_points_ok)
+    ok = end_points_ok and chains_message is None
     i = int(np.argmax(np.nan_to_num(np.abs(shift), nan=np.inf)))
     j = int(np.argmax(np.nan_to_num(np.abs(np.log(ratio)), nan=np.inf)))
     summary = (
@@ -139,8 +158,14 @@ def transport_verdict(guide, check, mean_tol, std_ratio_tol, warn) -> TransportR
     if finite < 1.0:
         summary += f"; {1.0 - finite:.0%} of the end points diverged and are left out"
     name = type(guide).__name__
-    if ok:
+    if end_points_ok:
         message = f"{name}: q0 agrees with the annealed end points ({summary})."
+        if chain_ratio is not None and chains_message is None:
+            k = _farthest_from_one(chain_ratio)
+            message = (
+                f"{message[:-1]}, and MALA chains from its draws keep its spread (largest "
+                f"std ratio {chain_ratio[k]:.2f} at {names[k]})."
+            )
     else:
         fix = (
             f"raise `sym_kl_weight` (now {guide.sym_kl_weight:g}) or train longer"
@@ -167,7 +192,10 @@ def transport_verdict(guide, check, mean_tol, std_ratio_tol, warn) -> TransportR
                 " Only the spread disagrees: for a strongly correlated posterior use "
                 "base_dist='cholesky'."
             )
-        if warn:
-            warnings.warn(message, UserWarning, stacklevel=3)
+    if chains_message is not None:
+        message = chains_message if end_points_ok else f"{message} Also: {chains_message}"
+    if warn and not ok:
+        warnings.warn(message, UserWarning, stacklevel=3)
     unpack = lambda x: {k: np.asarray(v) for k, v in guide._view.unpack(x).items()}
-    return TransportReport(ok, unpack(shift), unpack(ratio), names[i], message)
+    chain_ratio = None if chain_ratio is None else unpack(chain_ratio)
+    return TransportReport(ok, unpack(shift), unpack(ratio), names[i], message, chain_ratio)

@@ -38,6 +38,10 @@ class TransportReport(NamedTuple):
     """The coordinate (e.g. ``"w[0]"``) with the largest standardised mean shift."""
     message: str
     """A one-paragraph verdict, with the fix when ``ok`` is ``False``."""
+    chain_std_ratio: dict | None = None
+    """``{site: array}`` the std of Metropolis-adjusted Langevin chains started at ``q0``
+    draws over ``q0``'s, in the unconstrained space (above 1: the posterior is wider than
+    ``q0``); ``None`` where the guide's dynamics do not run on the full-data posterior."""
 
 
 class SMCDiagnostics(NamedTuple):
