@@ -43,13 +43,16 @@ def default_step_size(dim: int) -> float:
 
 
 def mala_step(log_density: Callable, step_size, state: ChainState, rng_key):
-    """One MALA transition ``x → y ~ N(x + ε²/2 ∇log p(x), ε² I)``, accepted with the
-    Metropolis–Hastings ratio (a non-finite ratio rejects). Returns ``(state, accepted)``."""
-    key_move, key_accept = jax.random.split(rng_key)
+    """One MALA transition ``x → y = x + ε²/2 ∇log p(x) + ε ξ``, accepted with the
+    Metropolis–Hastings ratio (a non-finite ratio rejects). Returns ``(state, accepted)``.
+
+    One generator call draws ``ξ`` and the acceptance's uniform ``Φ(ξ_{D+1})`` (each
+    generator call in a loop body adds a few hundred operations to the compiled program)."""
     x, lp, g = state
+    eps = jax.random.normal(rng_key, (x.shape[-1] + 1,), x.dtype)
     half = 0.5 * step_size**2
     forward_mean = x + half * g
-    y = forward_mean + step_size * jax.random.normal(key_move, x.shape, x.dtype)
+    y = forward_mean + step_size * eps[:-1]
     lp_y, g_y = jax.value_and_grad(log_density)(y)
     backward_mean = y + half * g_y
     log_ratio = (
@@ -58,9 +61,18 @@ def mala_step(log_density: Callable, step_size, state: ChainState, rng_key):
         + (jnp.sum((y - forward_mean) ** 2) - jnp.sum((x - backward_mean) ** 2))
         / (2.0 * step_size**2)
     )
-    accept = jnp.log(jax.random.uniform(key_accept, dtype=x.dtype)) < log_ratio
+    accept = jax.scipy.special.log_ndtr(eps[-1]) < log_ratio
     new = jax.tree.map(lambda a, b: jnp.where(accept, a, b), ChainState(y, lp_y, g_y), state)
     return new, accept
+
+
+def run_chain(log_density: Callable, step_size, x0, keys):
+    """A chain of MALA steps (:func:`mala_step`) from ``x0 (D,)``, one per key of ``keys``
+    ``(T,)``; returns its last state and the fraction of moves accepted."""
+    lp, g = jax.value_and_grad(log_density)(x0)
+    step = lambda s, k: mala_step(log_density, step_size, s, k)
+    state, accepted = jax.lax.scan(step, ChainState(x0, lp, g), keys)
+    return state, jnp.mean(accepted)
 
 
 def relaxation_check(
@@ -71,20 +83,14 @@ def relaxation_check(
     compare their spread with ``q0``'s."""
     key_start, key_run = jax.random.split(rng_key)
     dim = q0.loc.shape[-1]
-    step_size = default_step_size(dim)
 
     def log_density(x):
         return log_target(gaussian.reparameterize(q0, x))
 
-    def chain(x0, key):
-        lp, g = jax.value_and_grad(log_density)(x0)
-        step = lambda s, k: mala_step(log_density, step_size, s, k)
-        keys = jax.random.split(key, num_steps)
-        state, accepted = jax.lax.scan(step, ChainState(x0, lp, g), keys)
-        return state, jnp.mean(accepted)
-
     x0 = jax.random.normal(key_start, (num_chains, dim), q0.loc.dtype)
-    state, acceptance = jax.vmap(chain)(x0, jax.random.split(key_run, num_chains))
+    keys = jax.random.split(key_run, (num_chains, num_steps))
+    chain = lambda x, k: run_chain(log_density, default_step_size(dim), x, k)
+    state, acceptance = jax.vmap(chain)(x0, keys)
     z = jax.vmap(lambda x: gaussian.reparameterize(q0, x))(state.x)
     finite = jnp.isfinite(state.log_density) & jnp.all(jnp.isfinite(z), axis=-1)
     count = jnp.sum(finite)

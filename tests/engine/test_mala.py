@@ -25,13 +25,9 @@ def test_mala_step_keeps_the_target_invariant():
     target = gaussian.Gaussian(M, jnp.linalg.cholesky(COV))
     x = gaussian.sample(key_start, target, (4000,))
 
-    def chain(x, key):
-        state = mala.ChainState(x, *jax.value_and_grad(log_p)(x))
-        step = lambda s, k: mala.mala_step(log_p, 1.0, s, k)
-        state, accepted = jax.lax.scan(step, state, jax.random.split(key, 20))
-        return state.x, accepted.mean()
-
-    z, acceptance = jax.vmap(chain)(x, jax.random.split(key_run, 4000))
+    keys = jax.random.split(key_run, (4000, 20))
+    state, acceptance = jax.vmap(lambda *a: mala.run_chain(log_p, 1.0, *a))(x, keys)
+    z = state.x
     assert 0.2 < float(acceptance.mean()) < 0.95
     assert np.all(np.abs(np.asarray(z.mean(0) - M)) < 0.08 * np.asarray(SD))
     np.testing.assert_allclose(z.std(0), SD, rtol=0.08)
