@@ -100,38 +100,57 @@ def _farthest_from_one(ratio) -> int:
     return int(np.argmax(np.abs(np.log(np.where(np.isfinite(ratio), ratio, 1.0)))))
 
 
-def _chains_verdict(guide, chains, std_ratio_tol, end_points_ok):
-    """``(std ratio (D,) or None, message or None)``: the message when the chains' std leaves
-    ``[1 / std_ratio_tol, std_ratio_tol]`` times ``q0``'s in some coordinate of ``z``; none
-    when it stays within, or the chains cannot say (they hardly moved, or diverged)."""
+def _chains_verdict(name, names, chains, std_ratio_tol, end_points_ok):
+    """``(ok, std ratio (D,) or None, message)``: whether the chains' std stays within
+    ``[1 / std_ratio_tol, std_ratio_tol]`` times ``q0``'s in every coordinate of ``z`` (or
+    the chains cannot say: they hardly moved, or diverged), and what to add to the verdict
+    (with the fix when not ok; ``""`` when not run). ``name``: the guide's class name;
+    ``names``: the coordinates of ``z``."""
     if chains is None:
-        return None, None
+        return True, None, ""
     ratio = np.asarray(chains.std_ratio)
-    if (
-        float(chains.acceptance) < RELAX_MIN_ACCEPTANCE
-        or float(chains.finite_fraction) < MIN_FINITE
-    ):
-        return ratio, None
+    acceptance = float(chains.acceptance)
+    if acceptance < RELAX_MIN_ACCEPTANCE or float(chains.finite_fraction) < MIN_FINITE:
+        return (
+            True,
+            ratio,
+            (
+                f" MALA chains from its draws accepted {acceptance:.0%} of their moves (or "
+                "diverged) and cannot judge its spread."
+            ),
+        )
     j = _farthest_from_one(ratio)
+    coordinate = names[j]
     if 1.0 / std_ratio_tol <= ratio[j] <= std_ratio_tol:
-        return ratio, None
-    name, coordinate = type(guide).__name__, guide._coordinate_names()[j]
+        return (
+            True,
+            ratio,
+            (
+                f" MALA chains from its draws keep its spread (largest std ratio {ratio[j]:.2f} "
+                f"at {coordinate})."
+            ),
+        )
     wider = ratio[j] > 1.0
     end_points = (
         ", while the annealed end points, a few uncorrected steps from q0, stay near it"
         if end_points_ok
         else ""
     )
-    return ratio, (
-        f"{name}: q0 is {'narrower' if wider else 'wider'} than the posterior at "
-        f"{coordinate}: Metropolis-adjusted Langevin chains started at q0 draws spread to "
-        f"{ratio[j]:.2f} times q0's std there within {RELAX_STEPS} steps (tolerance a ratio "
-        f"of {std_ratio_tol:g}){end_points}. q0 draws (DAIS₀, median, quantiles), and the "
-        f"'importance' draws with them, {'understate' if wider else 'overstate'} the "
-        "uncertainty there. Fix: draw with sample_posterior(..., method='psis'), which "
-        "reweights the end points of many particle systems and reports its Pareto k̂; train "
-        "with more particles (`num_particles`) and transitions (`K`); and compare with NUTS "
-        "(q0 gives it a good initial point)."
+    return (
+        False,
+        ratio,
+        (
+            f"{name}: q0 is {'narrower' if wider else 'wider'} than the "
+            f"posterior at {coordinate}: Metropolis-adjusted Langevin chains started at q0 draws "
+            f"spread to {ratio[j]:.2f} times q0's std there within {RELAX_STEPS} steps "
+            f"(tolerance a ratio of {std_ratio_tol:g}){end_points}. q0 draws (DAIS₀, median, "
+            f"quantiles), and the 'importance' draws with them, "
+            f"{'understate' if wider else 'overstate'} the uncertainty there. Fix: draw with "
+            "sample_posterior(..., method='psis'), which reweights the end points of many "
+            "particle systems and reports its Pareto k̂; train with more particles "
+            "(`num_particles`) and transitions (`K`); and compare with NUTS (q0 gives it a "
+            "good initial point)."
+        ),
     )
 
 
@@ -147,8 +166,6 @@ def transport_verdict(guide, check, mean_tol, std_ratio_tol, warn, chains=None) 
     bad_mean = ~(np.abs(shift) <= mean_tol)
     bad_std = ~((ratio <= std_ratio_tol) & (ratio >= 1.0 / std_ratio_tol))
     end_points_ok = not bool(np.any(bad_mean | bad_std)) and finite >= MIN_FINITE
-    chain_ratio, chains_message = _chains_verdict(guide, chains, std_ratio_tol, end_points_ok)
-    ok = end_points_ok and chains_message is None
     i = int(np.argmax(np.nan_to_num(np.abs(shift), nan=np.inf)))
     j = int(np.argmax(np.nan_to_num(np.abs(np.log(ratio)), nan=np.inf)))
     summary = (
@@ -158,14 +175,14 @@ def transport_verdict(guide, check, mean_tol, std_ratio_tol, warn, chains=None) 
     if finite < 1.0:
         summary += f"; {1.0 - finite:.0%} of the end points diverged and are left out"
     name = type(guide).__name__
+    chains_ok, chain_ratio, chains_message = _chains_verdict(
+        name, names, chains, std_ratio_tol, end_points_ok
+    )
+    ok = end_points_ok and chains_ok
     if end_points_ok:
         message = f"{name}: q0 agrees with the annealed end points ({summary})."
-        if chain_ratio is not None and chains_message is None:
-            k = _farthest_from_one(chain_ratio)
-            message = (
-                f"{message[:-1]}, and MALA chains from its draws keep its spread (largest "
-                f"std ratio {chain_ratio[k]:.2f} at {names[k]})."
-            )
+        if chains_ok:
+            message += chains_message
     else:
         fix = (
             f"raise `sym_kl_weight` (now {guide.sym_kl_weight:g}) or train longer"
@@ -192,7 +209,7 @@ def transport_verdict(guide, check, mean_tol, std_ratio_tol, warn, chains=None) 
                 " Only the spread disagrees: for a strongly correlated posterior use "
                 "base_dist='cholesky'."
             )
-    if chains_message is not None:
+    if not chains_ok:
         message = chains_message if end_points_ok else f"{message} Also: {chains_message}"
     if warn and not ok:
         warnings.warn(message, UserWarning, stacklevel=3)

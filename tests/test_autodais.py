@@ -17,7 +17,7 @@ from numpyro.infer.initialization import init_to_median, init_to_value
 
 from numpyro_dais import AutoDAIS
 from numpyro_dais._selfcheck import transport_verdict
-from numpyro_dais.engine import dais0
+from numpyro_dais.engine import dais0, mala
 from tests import models
 
 
@@ -235,6 +235,26 @@ def test_transport_verdict_fails_on_non_finite_or_diverged_end_points():
     report = transport_verdict(guide, diverged, 0.5, 2.0, warn=False)
     assert not report.ok
     assert "diverged from q0 for 20%" in report.message
+
+
+def test_transport_verdict_of_the_chains():
+    """The MALA chains' verdict (engine.mala.relaxation_check's result): a spread 3 times
+    q0's fails with the coordinate and the fix; within the tolerance, or from chains that
+    hardly moved (acceptance 5%), it passes, and the message says which."""
+    y = models.linear_gaussian_data()
+    guide = AutoDAIS(models.linear_gaussian, K=2)
+    _init_params(guide, models.linear_gaussian, y)
+    good = dais0.TransportCheck(jnp.zeros(2), jnp.zeros(2), jnp.asarray(1.0))
+    chains = mala.RelaxationCheck(jnp.array([1.1, 3.0]), jnp.asarray(0.8), jnp.asarray(1.0))
+    report = transport_verdict(guide, good, 0.5, 2.0, False, chains)
+    assert not report.ok and "q0 is narrower than the posterior at z[1]" in report.message
+    assert "method='psis'" in report.message
+    np.testing.assert_allclose(report.chain_std_ratio["z"], [1.1, 3.0])
+    report = transport_verdict(guide, good, 0.5, 4.0, False, chains)
+    assert report.ok and "keep its spread (largest std ratio 3.00 at z[1])" in report.message
+    stuck = chains._replace(acceptance=jnp.asarray(0.05))
+    report = transport_verdict(guide, good, 0.5, 2.0, False, stuck)
+    assert report.ok and "cannot judge its spread" in report.message
 
 
 def _end_points(guide, params, *args, **kwargs):
