@@ -480,7 +480,7 @@ def test_eager_loss_equals_the_jitted_loss(guide_cls):
 
 
 def test_set_up_finds_numpyros_initial_point_in_one_program():
-    """numpyro's set-up (``initialize_model``) given a batch of one key
+    """numpyro's set-up (``initialize_model``) with its initial-point search under ``jit``
     (:func:`~numpyro_dais._numpyro.compiled_initialization`) finds the initial point in one
     compiled program: the same values, in the model's site order (the flat latent's
     layout), as its search outside ``jit``, which compiles each operation of the log
