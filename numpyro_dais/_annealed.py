@@ -17,7 +17,7 @@ import numpyro
 from numpyro.distributions import constraints
 from numpyro.infer.initialization import init_to_uniform
 
-from numpyro_dais import _numpyro, _objective, _sampling, _setup
+from numpyro_dais import _compile, _numpyro, _objective, _sampling, _setup
 from numpyro_dais._autoguide import ContinuousGuide
 from numpyro_dais._checks import (
     check_bool,
@@ -40,13 +40,9 @@ BASE_DISTS = ("diagonal", "cholesky")
 #: Loop bodies a set-up program runs, for its compilation level
 #: (:func:`numpyro_dais._compile.run_for`): the mode search's Newton iterations times its
 #: Hessian's columns (its body ran about 340 times on a logistic GLMM, D = 71, 2,000 rows),
-#: the refinement's Adam steps: 300, counted at 1/30, since their work, the model's
-#: gradients and Hessian-vector products, runs nearly as fast at LLVM's level 0, whose
-#: compilation is shorter. Warm ``svi.init`` with these programs at level 0 instead of 1 (2
-#: CPU cores): breast cancer LR (XLA's count 9.5e8 flops for the mode search) 0.99 against
-#: 1.40 s; that GLMM (1.4e9) 3.1-3.3 against 3.8-4.0 s. Past about 3e9 (that GLMM's
-#: refinement; the GLMM with 20,000 rows: 1.4e10) they keep level 1.
-SET_UP_RUNS = 300 / 30
+#: the refinement's Adam steps; the model's gradients, so counted at
+#: 1 / :data:`~numpyro_dais._compile.GRADIENT_WORK_DISCOUNT`.
+SET_UP_RUNS = 300 / _compile.GRADIENT_WORK_DISCOUNT
 
 
 def _float():

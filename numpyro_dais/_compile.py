@@ -38,6 +38,17 @@ LEVELS = tuple(
 #: code's: less than the 3-5 s of compilation that a sampler's program saves.
 WORK_BUDGETS = (1e8, 3e10)
 
+#: The factor by which a program whose work is the model's gradients and Hessian-vector
+#: products (the set-up's mode search and refinement trigger, the self-check's MALA chains)
+#: divides the runs it asks for: that work is mostly matrix products, library calls at
+#: every LLVM level, so level 0 runs it nearly as fast as optimised code and compiles
+#: 0.4-0.8 s sooner. Level 0 against level 1, 2 CPU cores: warm ``svi.init`` of breast
+#: cancer LR (mode search 9.5e8 flops) 0.99 against 1.40 s, of a 2,000-row logistic GLMM
+#: (1.4e9) 3.1-3.3 against 3.8-4.0 s; the MALA chains on breast cancer (1.3e9) 0.6 against
+#: 1.3 s, on a 100-group regression with 2,000 rows (1.7e9) 1.6 against 2.1 s, 6,000 rows
+#: 4.0 against 3.2 s, 20,000 rows (7.5e9) 5.7 against 3.2 s: level 0 up to about 3e9.
+GRADIENT_WORK_DISCOUNT = 30
+
 
 def level_for(work: float) -> int | None:
     """The index in :data:`LEVELS` for a program of ``work`` flops in all, ``None``: XLA's

@@ -17,7 +17,7 @@ import warnings
 import jax
 import numpy as np
 
-from numpyro_dais import _sampling
+from numpyro_dais import _compile, _sampling
 from numpyro_dais.engine import mala
 from numpyro_dais.results import TransportReport
 
@@ -36,14 +36,10 @@ RELAX_CHAINS = 64
 RELAX_STEPS = 100
 #: below this acceptance the chains hardly moved: the check says nothing
 RELAX_MIN_ACCEPTANCE = 0.2
-#: The runs the chains' program is compiled for (:func:`numpyro_dais._compile.run_for`): its
-#: RELAX_STEPS loop bodies counted at 1/30, since its work, the model's gradient at 64
-#: points, runs nearly as fast at LLVM's level 0 (matrix products are library calls at
-#: every level), whose compilation is 0.8 s shorter. Compilation and run, level 0 against
-#: level 1 (2 CPU cores): breast cancer LR (XLA's count 1.3e9 flops) 0.6 against 1.3 s; a
-#: 100-group regression on 2,000 rows (1.7e9) 1.6 against 2.1 s, on 6,000 rows 4.0 against
-#: 3.2 s, on 20,000 rows (7.5e9) 5.7 against 3.2 s: level 0 up to about 3e9.
-RELAX_RUNS = RELAX_STEPS / 30
+#: The runs the chains' program is compiled for (:func:`numpyro_dais._compile.run_for`):
+#: its steps, the model's gradients, counted at
+#: 1 / :data:`~numpyro_dais._compile.GRADIENT_WORK_DISCOUNT`.
+RELAX_RUNS = RELAX_STEPS / _compile.GRADIENT_WORK_DISCOUNT
 
 
 def _fingerprint(params) -> str | None:
