@@ -7,8 +7,15 @@ from numpyro_dais.autogpvi import AutoGPVI
 from numpyro_dais.autosemidais import AutoSemiDAIS
 from numpyro_dais.autosldais import AutoSurrogateLikelihoodDAIS, AutoSurrogateLikelihoodDSMCS
 from numpyro_dais.chains import run_chains
+from numpyro_dais.convergence import run_until_converged
 from numpyro_dais.diagnostics import plot_ess, plot_transitions, transition_params
-from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransitionParams, TransportReport
+from numpyro_dais.results import (
+    ConvergedRun,
+    LogEvidence,
+    SMCDiagnostics,
+    TransitionParams,
+    TransportReport,
+)
 
 __version__ = "0.1.0"
 
@@ -19,6 +26,7 @@ __all__ = [
     "AutoSemiDAIS",
     "AutoSurrogateLikelihoodDAIS",
     "AutoSurrogateLikelihoodDSMCS",
+    "ConvergedRun",
     "LogEvidence",
     "SMCDiagnostics",
     "TransitionParams",
@@ -27,6 +35,7 @@ __all__ = [
     "plot_ess",
     "plot_transitions",
     "run_chains",
+    "run_until_converged",
     "to_inference_data",
     "transition_params",
 ]

@@ -54,15 +54,17 @@ def _fingerprint(params) -> str | None:
     return digest.hexdigest()
 
 
-def check_q0_once(guide, params) -> None:
+def check_q0_once(guide, params, stacklevel=4) -> TransportReport | None:
     """Run ``guide.transport_check`` on the set-up data the first time ``params`` are used
-    for ``q0`` draws, if ``guide.self_check``; its warning carries the fix."""
+    for ``q0`` draws, if ``guide.self_check``; its warning carries the fix. Returns its
+    report, ``None`` where it did not run (off, done before for these ``params``, under
+    ``jit``, or nothing to compare ``q0`` with)."""
     if not guide.self_check:
-        return
+        return None
     key = _fingerprint(params)
     checked = guide.__dict__.setdefault("_self_checked", set())
     if key is None or key in checked:
-        return
+        return None
     checked.add(key)
     args, kwargs = guide._setup_args
     try:
@@ -72,14 +74,15 @@ def check_q0_once(guide, params) -> None:
     except ValueError:
         # the annealing cannot run here (e.g. a guide inside an AutoGuideList, whose model
         # hides sites that another guide draws): nothing to compare q0 with
-        return
+        return None
     if not report.ok:
         warnings.warn(
             f"{report.message} (Checked once for these params on the set-up data, before "
             "their first use as the posterior; `self_check=False` skips the check.)",
             UserWarning,
-            stacklevel=4,
+            stacklevel=stacklevel,
         )
+    return report
 
 
 def _relaxation(guide, rng_key, fitted, args, kwargs):

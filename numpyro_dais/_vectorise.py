@@ -56,7 +56,11 @@ def jit_by_leaves(fn):
     repeated ``sample_posterior`` calls do not re-trace the sampler.
 
     ``wrapped.run_for(scale, *args, **kwargs)``: the same call, by a program compiled for
-    ``scale`` runs of its cost (:func:`numpyro_dais._compile.run_for`)."""
+    ``scale`` runs of its cost (:func:`numpyro_dais._compile.run_for`).
+    ``wrapped.bind(*args, **kwargs)``: ``(key, jitted, dynamic)``, the call's static
+    configuration, its ``jax.jit`` of the array leaves and those leaves, for a caller that
+    lowers and compiles the program itself (``key`` is ``None`` where a static leaf is not
+    hashable: no program)."""
     cache, programs = {}, {}
 
     def entry(args, kwargs):
@@ -92,6 +96,7 @@ def jit_by_leaves(fn):
 
     wrapped.cache = cache  # one compiled program per static configuration
     wrapped.run_for = run_for
+    wrapped.bind = lambda *args, **kwargs: entry(args, kwargs)
     wrapped.programs = programs  # run_for's, per static configuration and input types
     return wrapped
 

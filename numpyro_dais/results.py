@@ -82,3 +82,23 @@ class TransitionParams(NamedTuple):
     """``"hmc"`` or ``"langevin"``."""
     coordinates: list
     """``D`` labels of the unconstrained coordinates, e.g. ``["b", "w[0]", "w[1]"]``."""
+
+
+class ConvergedRun(NamedTuple):
+    """Result of :func:`~numpyro_dais.run_until_converged`; its first three fields are those
+    of ``svi.run``'s ``SVIRunResult``."""
+
+    params: dict
+    """The constrained parameters: the average of the iterates of the last ``patience``
+    windows where the run converged, else the last iterate's."""
+    state: object
+    """The optimiser's last ``SVIState``, to continue from (``init_state``)."""
+    losses: jax.Array
+    """``(num_steps,)`` the loss of every step taken."""
+    num_steps: int
+    """Steps taken: a whole number of windows."""
+    converged: bool
+    """Whether the loss stopped improving before ``max_steps``."""
+    check: TransportReport | None
+    """The ``q0`` self-check of an annealed guide on ``params`` (``None`` for other
+    guides, or where it is off)."""

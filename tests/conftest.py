@@ -164,6 +164,7 @@ SLOW = (
     "tests/test_arviz.py::test_summary_loo_and_compare_work",
     "tests/test_arviz.py::test_numpyro_autoguide_and_subsampled_model",
     "tests/test_autodais.py::test_bound_below_log_Z_and_log_evidence_converges",
+    "tests/test_convergence.py::test_an_annealed_guide_is_judged_by_its_self_check_once",
     "tests/test_autodais.py::test_bound_rises_with_num_particles",
     "tests/test_autodais.py::test_log_evidence_se_matches_the_spread_of_independent_estimates",
     "tests/test_autodais.py::test_loss_gradient_matches_finite_differences",
