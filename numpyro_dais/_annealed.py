@@ -342,7 +342,17 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         return _objective.LossCall(fitted, step_sizes, batch)
 
     def _init_draw(self, rng_key, call, args, kwargs):
-        return self._draw(rng_key, call.fitted, args, kwargs, "q0", 1)[0]
+        """``svi.init`` keeps the latent value only to trace the model once: ``q0``'s mean
+        in ``z``, computed on the host where the parameters are concrete (no program to
+        compile for it), else a ``q0`` draw."""
+        q0, affine = call.fitted.q0, call.fitted.affine
+        leaves = jax.tree.leaves((q0.loc, affine))
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return self._draw(rng_key, call.fitted, args, kwargs, "q0", 1)[0]
+        loc = np.asarray(q0.loc)
+        if affine is not None:
+            loc = np.asarray(affine.loc) + np.asarray(affine.scale_tril) @ loc
+        return loc.astype(np.asarray(q0.loc).dtype)
 
     def _loss_term(self, rng_key, call, args, kwargs):
         bound = self._one_program_when_eager(self._bound, rng_key)
