@@ -270,9 +270,12 @@ def _nuts(case, cfg, seed, chains):
     return [("draws", time.perf_counter() - start, draws, None)]
 
 
-def _svi_answers(case, cfg, guide, model, seed, extra_draws=(), args=None, draw_args=None):
+def _svi_answers(
+    case, cfg, guide, model, seed, extra_draws=(), args=None, draw_args=None, members=None
+):
     """Train ``guide`` by ``run_until_converged`` and draw: ``[(label, seconds, draws,
-    steps)]`` for ``q0``/the guide's draws and each ``extra_draws`` method."""
+    steps)]`` for ``q0``/the guide's draws and each ``extra_draws`` method. ``members``:
+    ``(plate, indices)`` the draws are for (AutoSemiDAIS: every group)."""
     args = case.args if args is None else args
     draw_args = args if draw_args is None else draw_args
     start = time.perf_counter()
@@ -293,14 +296,16 @@ def _svi_answers(case, cfg, guide, model, seed, extra_draws=(), args=None, draw_
     for method in ("default",) + tuple(extra_draws):
         t = time.perf_counter()
         kw = {} if method == "default" else {"method": method}
-        draws = guide.sample_posterior(
-            jax.random.key(seed + 1),
-            run.params,
-            *draw_args,
-            sample_shape=(cfg["draws"],),
-            **kw,
-            **case.kwargs,
-        )
+        fixed = {} if members is None else {members[0]: members[1]}
+        with numpyro.handlers.substitute(data=fixed):
+            draws = guide.sample_posterior(
+                jax.random.key(seed + 1),
+                run.params,
+                *draw_args,
+                sample_shape=(cfg["draws"],),
+                **kw,
+                **case.kwargs,
+            )
         draws = jax.block_until_ready(draws)
         label = "draws" if method == "default" else method
         out.append((label, fit_s + time.perf_counter() - t, draws, steps))
@@ -326,7 +331,8 @@ def _normal_minibatch(case, cfg, seed):
 def _semidais(case, cfg, seed):
     model, local_model, global_model = case.semi(SEMI_BATCH)
     guide = numpyro_dais.AutoSemiDAIS(model, local_model, npg.AutoNormal(global_model))
-    return _svi_answers(case, cfg, guide, model, seed, args=(), draw_args=())
+    members = ("groups", jnp.arange(case.size))
+    return _svi_answers(case, cfg, guide, model, seed, args=(), draw_args=(), members=members)
 
 
 #: ``{method: (run(case, cfg, seed), applies(case))}``
