@@ -40,7 +40,7 @@ BASE_DISTS = ("diagonal", "cholesky")
 #: Loop bodies a set-up program runs, for its compilation level
 #: (:func:`numpyro_dais._compile.run_for`): the mode search's Newton iterations times its
 #: Hessian's columns (its body ran about 340 times on a logistic GLMM, D = 71, 2,000 rows),
-#: the refinement's Adam steps; the model's gradients, so counted at
+#: the refinement's iterations; the model's gradients, so counted at
 #: 1 / :data:`~numpyro_dais._compile.GRADIENT_WORK_DISCOUNT`.
 SET_UP_RUNS = 300 / _compile.GRADIENT_WORK_DISCOUNT
 

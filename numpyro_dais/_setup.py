@@ -114,13 +114,13 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
 
 #: Fixed draws of the refinement's sample-average ELBO (antithetic pairs): enough for a
 #: mean-field Gaussian's ELBO (Giordano et al. 2024 use 30) at a set-up cost of that many
-#: gradients per Adam step.
+#: gradients per evaluation of the fit.
 REFINE_DRAWS = 32
 
 
 def _moved(refined) -> bool:
     """Whether a :class:`~numpyro_dais.engine.refinement.Refinement` replaced the Laplace
-    start: Adam took steps, or started from a shrunken copy of it."""
+    start: the fit took steps, or started from a shrunken copy of it."""
     return refined is not None and (int(refined.num_iters) > 0 or float(refined.start_scale) != 1)
 
 
@@ -152,7 +152,8 @@ def _refine(guide, args, kwargs, model_params, affine, dtype):
     residual = float(on_start(False))
     if not residual > refinement.THRESHOLD:
         zeros = np.zeros_like(loc)
-        return affine, refinement.Refinement(zeros, zeros, np.asarray(residual), 0, 0.0, 1.0)
+        kept = refinement.Refinement(zeros, zeros, np.asarray(residual), 0, 0.0, 1.0, 0, False)
+        return affine, kept
     refined = jax.tree.map(np.asarray, on_start(True))
     if not _moved(refined):
         return affine, refined
