@@ -83,8 +83,9 @@ class Refinement(NamedTuple):
     """``()`` evaluations of the ELBO and its gradient, each over all the draws (the
     starts' included; 0 when not refined)."""
     converged: jax.Array
-    """``()`` whether the fit ended within the tolerance of the optimum: the ELBO's gradient
-    in ``μ`` times ``e^ρ``, and in ``ρ``, below it in every coordinate."""
+    """``()`` whether the fit ended within the tolerance of the optimum in its own units:
+    the ELBO's gradient in ``μ`` times ``e^ρ``, its gradient in ``ρ``, and the last step, all
+    below it in every coordinate."""
 
 
 def antithetic_draws(num_draws: int, dim: int, dtype, seed: int = 0) -> np.ndarray:
@@ -160,6 +161,14 @@ def _error(params: jax.Array, grad: jax.Array) -> jax.Array:
     return jnp.max(jnp.abs(jnp.concatenate([grad[:dim] * jnp.exp(params[dim:]), grad[dim:]])))
 
 
+def _step(params: jax.Array, new: jax.Array) -> jax.Array:
+    """``()`` the length of the step from ``params`` to ``new`` in ``new``'s own units: the
+    largest of ``|Δμ_i| e^{−ρ_i}`` and ``|Δρ_i|``."""
+    dim = params.shape[-1] // 2
+    delta = jnp.abs(new - params)
+    return jnp.max(jnp.concatenate([delta[:dim] * jnp.exp(-new[dim:]), delta[dim:]]))
+
+
 class _Fit(NamedTuple):
     """A point of the fit, by the minimised ``f = −ELBO`` of flat ``(μ, ρ)``."""
 
@@ -175,6 +184,15 @@ class _Fit(NamedTuple):
     """``()`` evaluations of ``f`` and ``∇f`` so far."""
     error: jax.Array
     """``()`` :func:`_error` there (``nan`` where ``∇f`` is not finite)."""
+    step: jax.Array
+    """``()`` the length of the step to it in its own units (:func:`_step`; ``inf`` at the
+    start)."""
+
+    def converged(self, tol: float) -> jax.Array:
+        """Within ``tol`` of the optimum by the gradient, and by the step that reached it: a
+        quasi-Newton step near an optimum is about the distance to it, where the gradient
+        alone can dip below ``tol`` mid-way along a direction of low curvature."""
+        return (self.error < tol) & (self.step < tol)
 
 
 def _lbfgs(f: Callable, fit: _Fit, max_evals: int, tol: float) -> _Fit:
@@ -197,8 +215,7 @@ def _lbfgs(f: Callable, fit: _Fit, max_evals: int, tol: float) -> _Fit:
 
     def cond(carry):
         fit, _, _, stalled, stop, _ = carry
-        done = fit.error < tol
-        return ~done & ~stop & (stalled < STALL_ITERS) & (fit.evals < max_evals)
+        return ~fit.converged(tol) & ~stop & (stalled < STALL_ITERS) & (fit.evals < max_evals)
 
     def body(carry):
         fit, state, fresh, stalled, _, least = carry
@@ -211,7 +228,8 @@ def _lbfgs(f: Callable, fit: _Fit, max_evals: int, tol: float) -> _Fit:
         rise = value - fit.value - APPROX_DECREASE_RTOL * jnp.abs(fit.value)
         moved = jnp.any(updates != 0) & _finite(value, grad) & (rise <= 0)
         params = fit.params + updates
-        new = _Fit(params, value, grad, fit.iters + 1, evals, _error(params, grad))
+        error, step = _error(params, grad), _step(fit.params, params)
+        new = _Fit(params, value, grad, fit.iters + 1, evals, error, step)
         # progress: f lower by more than its round-off, or the least error so far
         round_off = jnp.finfo(value.dtype).eps * jnp.maximum(jnp.abs(fit.value), 1.0)
         progress = moved & ((fit.value - value > round_off) | (new.error < least))
@@ -227,7 +245,7 @@ def _lbfgs(f: Callable, fit: _Fit, max_evals: int, tol: float) -> _Fit:
 
 
 def refine(
-    log_density: Callable, eps: jax.Array, max_evals: int = 1000, tol: float = 0.05
+    log_density: Callable, eps: jax.Array, max_evals: int = 1000, tol: float = 0.01
 ) -> Refinement:
     """Fit ``N(μ, diag e^{2ρ})`` to ``ℓ`` (a log density of ``u (D,)``) by the ELBO over the
     draws ``eps (S, D)``, from ``N(0, s² I)``, ``s`` in :data:`START_SCALES` (``1`` unless
@@ -251,11 +269,12 @@ def refine(
     value, grad = values[start], grads[start]
     zero = jnp.zeros((), jnp.int32)
     evals = zero + len(START_SCALES)
-    fit = _Fit(params[start], value, grad, zero, evals, _error(params[start], grad))
+    error = _error(params[start], grad)
+    fit = _Fit(params[start], value, grad, zero, evals, error, jnp.asarray(jnp.inf, value.dtype))
     # a start whose ELBO or gradient is not finite is kept
     fit = jax.lax.cond(_finite(value, grad), lambda: _lbfgs(f, fit, max_evals, tol), lambda: fit)
     gain = jnp.where(jnp.isfinite(value), value - fit.value, 0.0)
     scale = jnp.asarray(START_SCALES, eps.dtype)[start]
     loc, log_scale = fit.params[:dim], fit.params[dim:]
-    converged = fit.error < tol
+    converged = fit.converged(tol)
     return Refinement(loc, log_scale, resid, fit.iters, gain, scale, fit.evals, converged)
