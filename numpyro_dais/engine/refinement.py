@@ -44,9 +44,9 @@ THRESHOLD = 3.0
 #: from it ends elsewhere (eight schools' importance draws 0.43 instead of 0.11 in log sd
 #: after training), so they keep ``s = 1``; a stochastic-volatility series with a
 #: heavy-tailed prior on its volatility scale (joint mode at σ ≈ 15, the posterior's bulk at
-#: 0.5) gives ``−6·10¹⁵`` at ``s = 1`` (float32), and Adam from there never reached the bulk:
-#: q0 ended 58 posterior sds off after 5,000 training steps, and 0.11 from the best shrunken
-#: start (float64).
+#: 0.5) gives ``−6·10¹⁵`` at ``s = 1`` (float32); Adam, this fit's optimiser before L-BFGS,
+#: never reached the bulk from there (q0 ended 58 posterior sds off after 5,000 training
+#: steps, and 0.11 from the best shrunken start, float64).
 START_SCALES = (1.0, 0.3, 0.1, 0.03, 0.01)
 #: nats per dimension by which a shrunken start must beat the Laplace Gaussian's ELBO
 SHRINK_MARGIN = 10.0
