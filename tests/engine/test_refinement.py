@@ -10,9 +10,11 @@ import pytest
 from numpyro_dais.engine import refinement
 
 EPS = jnp.asarray(refinement.antithetic_draws(32, 3, np.float32))
-#: one program per log density: the tolerance and the budget are traced, so the tests of one
-#: target share it
+#: one program per log density: the budget and the tolerance are traced, so the tests of one
+#: target share it where they pass both
 refine = jax.jit(refinement.refine, static_argnums=0)
+BUDGET = inspect.signature(refinement.refine).parameters["max_evals"].default
+TOL = inspect.signature(refinement.refine).parameters["tol"].default
 
 
 def test_antithetic_draws_have_mean_exactly_zero():
@@ -38,7 +40,7 @@ def test_gaussian_target_reaches_the_sample_average_optimum_exactly():
     # for ℓ = N(m, diag s²) the sample-average ELBO's optimum over the fixed draws is exact:
     # μ = m (the draws' mean is 0) and e^ρ = s / rms(ε); a quasi-Newton fit to a tight
     # tolerance reaches it to float32 round-off
-    r = refine(gaussian, EPS, tol=1e-4)
+    r = refine(gaussian, EPS, BUDGET, 1e-4)
     assert bool(r.converged)
     # N(0, 0.3² I) is 2.7 nats better than N(0, I) here, far less than the margin: the fit
     # starts from the Laplace Gaussian (the start changes where a multimodal fit ends)
@@ -67,8 +69,8 @@ def test_default_tolerance_bounds_the_distance_to_the_optimum():
     # stopped where every |∂f/∂μ_i| e^{ρ_i} and |∂f/∂ρ_i| is below tol (f = −ELBO): for the
     # Gaussian target, with the draws' mean 0, that is |μ − m| < tol s² / e^ρ in μ (tol target
     # sds) and |e^{2ρ} rms² / s² − 1| < tol in ρ, whatever the scale s
-    tol = inspect.signature(refinement.refine).parameters["tol"].default
-    r = refine(gaussian, EPS)
+    tol = TOL
+    r = refine(gaussian, EPS, BUDGET, tol)
     assert bool(r.converged) and 0 < int(r.num_iters) < 100
     assert int(r.num_iters) <= int(r.num_evals) - len(refinement.START_SCALES)
     assert float(r.residual) > refinement.THRESHOLD
@@ -136,10 +138,10 @@ def test_an_optimum_beyond_non_finite_density_keeps_the_last_finite_point():
 def test_the_budget_bounds_the_evaluations():
     # out of evaluations before the tolerance: the point reached so far, not converged; a
     # line search started within the budget may finish past it
-    r = refine(gaussian, EPS, max_evals=8, tol=1e-4)
+    r = refine(gaussian, EPS, 8, 1e-4)
     assert not bool(r.converged) and int(r.num_iters) > 0
     assert 8 <= int(r.num_evals) < 8 + refinement.MAX_LINESEARCH_STEPS
-    assert 0 < float(r.gain) < float(refine(gaussian, EPS, tol=1e-4).gain)
+    assert 0 < float(r.gain) < float(refine(gaussian, EPS, BUDGET, 1e-4).gain)
 
 
 def test_a_start_whose_draws_overflow_is_shrunk_until_they_do_not():
