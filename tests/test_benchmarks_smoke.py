@@ -29,6 +29,7 @@ SCRIPTS = [
     "model_families",
     "real_models",
     "refined_start",
+    "refinement_optimiser",
     "scaling_devices",
     "sldais_scaling",
     "sldais_vs_dais",
@@ -40,6 +41,7 @@ NO_FIGURE = {
     "model_families",
     "real_models",
     "refined_start",
+    "refinement_optimiser",
     "scaling_devices",
     "sldais_scaling",
     "sldais_vs_dais",
@@ -50,6 +52,11 @@ NEEDS_SKLEARN = {"dais0_logistic", "gpvi_open_set", "sldais_vs_dais"}
 EXPECTED = {
     "model_families": ("| ours q0 |", "| AutoNormal |", "with no warning from our guide"),
     "refined_start": ("| refined (default) |", "| Laplace at the mode |", "## Models"),
+    "refinement_optimiser": (
+        "| eight_schools_noncentred |",
+        "| 1,000 | L-BFGS |",
+        "| 1,000 | Adam |",
+    ),
     "dsmcs_static_target": ("**hmc-paper**", "**Budget**", "Trained parameters under each rule"),
     "real_models": (
         "| ours q0 |",
