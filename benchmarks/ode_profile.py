@@ -70,8 +70,8 @@ SETTINGS = {
     },
 }
 LATENTS = ("log_ka", "log_cl", "log_v", "sigma")
-#: (blocks, steps per block) of the one-particle comparison
-ONE_PARTICLE = {"full": (15, 40), "quick": (9, 20), "smoke": (1, 1)}
+#: (blocks, steps per block, training steps before) of the one-particle comparison
+ONE_PARTICLE = {"full": (20, 30, 300), "quick": (10, 20, 300), "smoke": (1, 1, 1)}
 #: JAX's compile events, by the name this table gives them
 EVENTS = {
     "compile": "/jax/core/compile/backend_compile_duration",
@@ -224,33 +224,27 @@ def particles_batched(batched):
         dais.over_particles = dais0.over_particles = original
 
 
-def stepper(step, state, args, kwargs):
-    """A zero-argument call taking one compiled ``step`` from its own state; the loss."""
-    box = [state]
-
-    def call():
-        box[0], loss = step(box[0], *args, **kwargs)
-        return loss
-
-    return call
-
-
 def one_particle(variant, mode):
     """``{label: (compile CPU s, step ms)}`` of our ``num_particles=1`` training step with the
     particle batched (a ``vmap`` of one) and unbatched: each compiled in this process, then
-    their steps timed in turns (fastest block of each)."""
+    both timed in turns on the same state, that of :data:`ONE_PARTICLE`'s training steps
+    (an adaptive solver's cost depends on where the particles are), fastest block of each."""
     model, args, kwargs, _ = _ode_models.BUILDERS[variant]()
-    calls, compile_s = {}, {}
+    steps, compile_s = {}, {}
     for label, batched in (("batched (a vmap of one)", True), ("unbatched", False)):
         with particles_batched(batched):
             svi = SVI(model, AutoDAIS(model, K=K), optax.adam(1e-2), Trace_ELBO())
             state = svi.init(jax.random.key(0), *args, **kwargs)
             start = time.process_time()
-            step = jax.jit(svi.update).lower(state, *args, **kwargs).compile()
+            steps[label] = jax.jit(svi.update).lower(state, *args, **kwargs).compile()
             compile_s[label] = time.process_time() - start
-        calls[label] = stepper(step, state, args, kwargs)
-    blocks, steps = ONE_PARTICLE[mode]
-    seconds = time_interleaved(calls, blocks, steps, reduce=min)
+    blocks, per_block, trained = ONE_PARTICLE[mode]
+    for _ in range(trained):
+        state, _ = steps["unbatched"](state, *args, **kwargs)
+    calls = {
+        label: lambda step=step: step(state, *args, **kwargs)[1] for label, step in steps.items()
+    }
+    seconds = time_interleaved(calls, blocks, per_block, reduce=min)
     return {label: (compile_s[label], 1e3 * seconds[label]) for label in calls}
 
 
@@ -375,12 +369,12 @@ def main(argv=None):
             continue
         with stopwatch.lap(f"{variant}: one particle, batched or not"):
             ab = one_particle(variant, args.mode)
-        blocks, steps = ONE_PARTICLE[args.mode]
+        blocks, steps, trained = ONE_PARTICLE[args.mode]
         sections += [
             f"Our `num_particles=1` training step (`K = {K}`) with its particle under a `vmap` "
             "of one, as before `engine.dais.over_particles`, and unbatched: compiled in one "
-            f"process, CPU seconds; steps timed in turns, the fastest of {blocks} blocks of "
-            f"{steps}.",
+            f"process, CPU seconds; both steps timed in turns on the state after {trained} "
+            f"training steps, the fastest of {blocks} blocks of {steps}.",
             "",
             markdown_table(
                 ["particle", "compile (CPU s)", "step (ms)"],
