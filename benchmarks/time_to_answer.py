@@ -30,7 +30,6 @@ import subprocess
 import sys
 import time
 import warnings
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +44,7 @@ import numpyro_dais
 from benchmarks import _real_models, _scale_models
 from benchmarks._common import RESULTS_DIR, Stopwatch, markdown_table, output_name, write_results
 from benchmarks._model_families import MODELS as FAMILY_MODELS
+from benchmarks._scale_models import Case
 
 NAME = "time_to_answer"
 MODULE = f"benchmarks.{NAME}"
@@ -103,20 +103,6 @@ SETTINGS = {
 # -- cases ----------------------------------------------------------------------------------------
 
 
-class Case(NamedTuple):
-    name: str
-    family: str
-    size: int | None
-    model: object
-    args: tuple
-    kwargs: dict
-    mean: np.ndarray
-    sd: np.ndarray
-    description: str
-    subsampled: object = None
-    semi: object = None
-
-
 def _as_jax(args, kwargs):
     conv = lambda a: jnp.asarray(a, jnp.float32) if isinstance(a, np.ndarray) else a  # noqa: E731
     return tuple(map(conv, args)), {k: conv(v) for k, v in kwargs.items()}
@@ -160,22 +146,6 @@ def _family_case(name, refs=None):
     )
 
 
-def _scale_case(scale):
-    return Case(
-        scale.name,
-        scale.name.split("_")[0],
-        scale.size,
-        scale.model,
-        scale.args,
-        {},
-        scale.mean,
-        scale.sd,
-        scale.description,
-        scale.subsampled,
-        scale.semi,
-    )
-
-
 def _ode_case():
     from benchmarks import _ode_models
 
@@ -212,9 +182,9 @@ def load_case(name):
     if name in FAMILY_MODELS:
         return _family_case(name)
     if name.startswith("logistic_"):
-        return _scale_case(_scale_models.logistic(int(name.split("_")[1]), batch=SL_BATCH))
+        return _scale_models.logistic(int(name.split("_")[1]), batch=SL_BATCH)
     if name.startswith("hierarchical_"):
-        return _scale_case(_scale_models.hierarchical(int(name.split("_")[1])))
+        return _scale_models.hierarchical(int(name.split("_")[1]))
     if name == "ode_pk":
         return _ode_case()
     raise KeyError(name)

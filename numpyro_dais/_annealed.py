@@ -39,8 +39,8 @@ BASE_DISTS = ("diagonal", "cholesky")
 
 #: Loop bodies a set-up program runs, for its compilation level
 #: (:func:`numpyro_dais._compile.run_for`): the mode search's Newton iterations times its
-#: Hessian's columns (its body ran about 340 times on a logistic GLMM, D = 71, 2,000 rows),
-#: the refinement's Adam steps; the model's gradients, so counted at
+#: Hessian's columns (its body ran about 340 times on a logistic GLMM, D = 71, 2,000 rows);
+#: the model's gradients, so counted at
 #: 1 / :data:`~numpyro_dais._compile.GRADIENT_WORK_DISCOUNT`.
 SET_UP_RUNS = 300 / _compile.GRADIENT_WORK_DISCOUNT
 
@@ -193,19 +193,20 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         self._affine_start, self._step_bounds, self.curvature = setup[:3]
         self.refinement = setup.refined
 
-    def _on_dynamics(self, fn, args, kwargs, params, key, *operands):
+    def _on_dynamics(self, fn, args, kwargs, params, key, *operands, runs=SET_UP_RUNS):
         """``fn(dynamics, start, *operands)`` for the dynamics' log density on this call's
         data and the density whose mode ``q0`` starts at (``target.start``: the full-data
         log joint, for the mini-batch guides too), as one compiled program (the set-up runs
         eagerly, where each operation of the model would otherwise be compiled on its own),
-        compiled for a run of :data:`SET_UP_RUNS` loop bodies."""
+        compiled for a run of ``runs`` loop bodies (:func:`numpyro_dais._compile.run_for`;
+        :data:`SET_UP_RUNS`, the mode search's, unless given)."""
 
         def call(args, kwargs, params, operands):
             view, target = self._view, self._target
             dynamics = target.dynamics(view, args, kwargs, params, key)
             return fn(dynamics, target.start(view, args, kwargs, params, key), *operands)
 
-        return jit_by_leaves(call).run_for(SET_UP_RUNS, args, kwargs, params, operands)
+        return jit_by_leaves(call).run_for(runs, args, kwargs, params, operands)
 
     # -- parameters -------------------------------------------------------------------------
 
