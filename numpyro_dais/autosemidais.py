@@ -66,7 +66,8 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
         latents inside it.
     :param local_model: the part of ``model`` holding the local plate; called as
         ``local_model(global_model(*args, **kwargs))`` when there is a global guide, else as
-        ``local_model(*args, **kwargs)``.
+        ``local_model(*args, **kwargs)``. ``None`` builds the guide, as numpyro's signature
+        allows (``AutoGuideList`` then refuses it), and fails at its first call.
     :param global_guide: a guide of the global latents (e.g. ``AutoNormal(global_model)``);
         ``global_guide.model`` is the global model. ``None`` only for a model without
         global latents. An ``AutoNormal`` starts at the nested Laplace fit (Laplace base);
@@ -152,7 +153,7 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
         if not 0 < gamma_init < 1:
             raise ValueError(f"`gamma_init` must lie in (0, 1), got {gamma_init!r}.")
         self.init_scale = check_positive_float("init_scale", init_scale)
-        if not callable(local_model):
+        if local_model is not None and not callable(local_model):
             raise TypeError("`local_model` must be the callable part of `model` with the plate.")
         if global_guide is not None and not hasattr(global_guide, "model"):
             raise TypeError(
@@ -177,6 +178,14 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
         )
 
     # -- the guide ------------------------------------------------------------------------
+
+    def _set_up_once(self, args, kwargs):
+        if self.local_model is None:  # numpyro's signature builds without it; nothing runs
+            raise ValueError(
+                "AutoSemiDAIS needs `local_model`, the callable part of `model` that holds the "
+                "local plate, e.g. AutoSemiDAIS(model, local_model, AutoNormal(global_model))."
+            )
+        super()._set_up_once(args, kwargs)
 
     def __call__(self, *args, **kwargs):
         self._set_up_once(args, kwargs)

@@ -393,6 +393,19 @@ def test_bad_options_name_the_argument(option, value, match):
         AutoSemiDAIS(global_model, local_model, **{option: value})
 
 
+def test_builds_without_local_model_as_numpyros_signature_allows(monkeypatch):
+    # numpyro's AutoGuideList test builds AutoSemiDAIS(model, local_model=None,
+    # global_guide=None) and expects append to refuse it with numpyro's own message
+    guide = AutoSemiDAIS(global_model, local_model=None, global_guide=None)
+    monkeypatch.setattr(numpyro.infer.autoguide, "AutoSemiDAIS", AutoSemiDAIS)
+    parts = numpyro.infer.autoguide.AutoGuideList(global_model)
+    with pytest.raises(ValueError, match="AutoSemiDAIS, and AutoSurrogateLikelihoodDAIS are not"):
+        parts.append(guide)
+    svi = SVI(global_model, guide, optax.adam(1e-2), Trace_ELBO())
+    with pytest.raises(ValueError, match="needs `local_model`"):
+        svi.init(jax.random.key(0))
+
+
 def test_vae_smoke_with_an_encoder_base():
     # a DAIS-VAE: decoder weights in the model, an encoder (plain numpyro.param weights)
     # gives the chains' base q0(z_n | x_n); a few steps train with finite losses.
