@@ -141,6 +141,7 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
         base="auto",
         control_variate=True,
     ):
+        """Build the guide: the options are AutoSemiDAIS's."""
         if base not in ("auto", "laplace", "gaussian"):
             raise ValueError(f"`base` must be 'auto', 'laplace' or 'gaussian', got {base!r}.")
         self.base = base
