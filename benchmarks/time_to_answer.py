@@ -343,7 +343,7 @@ METHODS = {
         lambda c: c.family in ("real_models", "model_families"),
     ),
     "ours SL-DAIS": (_sldais, lambda c: c.subsampled is not None),
-    "AutoNormal, mini-batches": (_normal_minibatch, lambda c: c.subsampled is not None),
+    "AutoNormal (mini-batches)": (_normal_minibatch, lambda c: c.subsampled is not None),
     "ours Semi-DAIS": (_semidais, lambda c: c.semi is not None),
 }
 
