@@ -543,6 +543,7 @@ def parse(argv):
     parser.add_argument("--methods", default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--refs", action="store_true")
+    parser.add_argument("--report", action="store_true", help="rewrite the tables from the json")
     parser.add_argument(
         "--merge", action="store_true", help="keep the other (case, method) rows of the results"
     )
@@ -564,6 +565,14 @@ def main(argv=None):
         compute_references(missing)
         return
     cfg = SETTINGS[args.mode]
+    if args.report:
+        name = output_name(NAME, args.mode)
+        rows, cases, methods = merged(
+            json.loads((args.out_dir / f"{name}.json").read_text()), [], []
+        )
+        body = report(rows, cases, methods, args, name)
+        print(f"wrote {write_results(args.out_dir, NAME, args.mode, TITLE, MODULE, body)}")
+        return
     cases = args.cases.split(",") if args.cases else list(cfg["cases"] or case_names())
     methods = args.methods.split(",") if args.methods else list(cfg["methods"] or METHODS)
     sw = Stopwatch()
@@ -625,21 +634,30 @@ def report(rows, cases, methods, args, name):
         "`importance` draws after the same fit. NUTS: `MCMC(NUTS(model), num_warmup="
         f"{SETTINGS[args.mode]['nuts'][0]}, num_samples={SETTINGS[args.mode]['nuts'][1]}, "
         "num_chains=4 or 1)` at numpyro's defaults (on one CPU device the 4 chains run one "
-        "after the other).",
+        "after the other). Rows of several runs are merged (`--merge`); the command above "
+        "is the last one's.",
     ]
     for family, names in families.items():
         sections.append(f"## {family}\n\n{results_table(rows, names, methods)}")
     small = [c for f in ("real_models", "model_families") for c in families.get(f, [])]
     lines = []
     for ours in ("ours AutoDAIS", "ours AutoDAIS K=8 N=8"):
-        r = ratios(rows, small, ours)
-        if r:
-            finite = [v for v in r.values() if math.isfinite(v)]
+        for nuts in ("NUTS 4×", "NUTS 1×"):
+            r = ratios(rows, small, ours, nuts)
+            if not r:
+                continue
+            both = sorted(v for v in r.values() if math.isfinite(v))
             worst = max(r, key=r.get)
             lines.append(
-                f"* {ours} / NUTS 4×, time to a right answer, over {len(r)} small models "
-                f"where NUTS got it: median {statistics.median(r.values()):.2f}, worst "
-                f"{r[worst]:.2f} ({worst}); ours right on {len(finite)} of {len(r)}"
+                f"* {ours} / {nuts}, time to a right answer, over the {len(r)} small models "
+                f"where {nuts} got it: median {statistics.median(r.values()):.2f}, worst "
+                f"{r[worst]:.2f} ({worst}); ours right on {len(both)} of {len(r)}"
+                + (
+                    f", and there {both[0]:.2f}–{both[-1]:.2f} (median "
+                    f"{statistics.median(both):.2f})"
+                    if both
+                    else ""
+                )
             )
     for family, sizes, ours in (
         ("logistic", LOGISTIC_ROWS, "ours SL-DAIS"),
@@ -647,7 +665,18 @@ def report(rows, cases, methods, args, name):
     ):
         if family in families:
             x = crossover(rows, family, sizes, ours)
-            lines.append(f"* {ours} sooner than NUTS 4× from: {x if x else 'never'}")
+            by = {(r["case"], r["method"]): r for r in rows}
+            per_size = []
+            for n in sizes:
+                a, b = by.get((f"{family}_{n}", ours)), by.get((f"{family}_{n}", "NUTS 4×"))
+                if a is not None and b is not None:
+                    t_ours, t_nuts = _best(a)[0], _best(b)[0]
+                    ratio = f"{t_nuts / t_ours:.2f}" if math.isfinite(t_ours) else "ours ✗"
+                    per_size.append(f"{n:,}: {ratio}")
+            lines.append(
+                f"* {ours} sooner than NUTS 4× from: {x if x else 'never'}; NUTS 4× time / "
+                f"ours by size: {', '.join(per_size) or 'not run'}"
+            )
     if any(c.startswith(("logistic", "hierarchical")) for c in cases):
         fig = args.out_dir / f"{name}_scale.png"
         scale_figure(rows, fig, methods)
