@@ -9,7 +9,7 @@
   (Semi-DAIS); its posterior moments are exact, by one-dimensional quadrature over ``τ``
   with ``μ`` and every ``θ_j`` integrated analytically.
 
-Each builder returns a :class:`ScaleCase`: the full-data model and its arguments, the
+Each builder returns a :class:`Case`: the full-data model and its arguments, the
 mini-batched variants the scalable guides take, and the reference means and sds of the
 flattened latent coordinates, in the order the model samples them.
 """
@@ -24,13 +24,18 @@ import numpyro.distributions as dist
 from scipy.special import log_expit, logsumexp
 
 
-class ScaleCase(NamedTuple):
+class Case(NamedTuple):
+    """A model with its data and the reference moments of its flattened latent coordinates
+    (in the order the model samples them); ``benchmarks.time_to_answer``'s cases too."""
+
     name: str
-    size: int
+    family: str
+    size: int | None
     """rows (logistic) or groups (hierarchical)"""
     model: object
-    """the full-data model: ``model(*args)``"""
+    """the full-data model: ``model(*args, **kwargs)``"""
     args: tuple
+    kwargs: dict
     mean: np.ndarray
     sd: np.ndarray
     description: str
@@ -104,7 +109,7 @@ def logistic_reference(X, y, num_draws=20_000, seed=1):
 
 
 def logistic(rows, batch=1000, seed=0):
-    """:class:`ScaleCase` of a ``D = 20`` logistic regression with ``rows`` rows."""
+    """:class:`Case` of a ``D = 20`` logistic regression with ``rows`` rows."""
     X, y = logistic_data(rows, seed=seed)
     mean, sd, _ = logistic_reference(X, y)
     args = (jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32))
@@ -112,11 +117,13 @@ def logistic(rows, batch=1000, seed=0):
     def subsampled(b):
         return lambda X, y: logistic_model(X, y, subsample_size=min(b, rows))
 
-    return ScaleCase(
+    return Case(
         f"logistic_{rows}",
+        "logistic",
         rows,
         logistic_model,
         args,
+        {},
         mean,
         sd,
         f"logistic regression, D = {LOGISTIC_DIM}, {rows:,} rows, N(0, 1) priors",
@@ -194,7 +201,7 @@ def hierarchical_reference(y, num_tau=4000):
 
 
 def hierarchical(groups, seed=0):
-    """:class:`ScaleCase` of the centred hierarchy with ``groups`` groups of 5 rows."""
+    """:class:`Case` of the centred hierarchy with ``groups`` groups of 5 rows."""
     y = hierarchical_data(groups, seed)
     mean, sd = hierarchical_reference(y)
     args = (jnp.asarray(y, jnp.float32),)
@@ -210,11 +217,13 @@ def hierarchical(groups, seed=0):
 
         return model, local_model, hierarchical_global
 
-    return ScaleCase(
+    return Case(
         f"hierarchical_{groups}",
+        "hierarchical",
         groups,
         hierarchical_model,
         args,
+        {},
         mean,
         sd,
         f"centred normal hierarchy, {groups:,} groups × {PER_GROUP} rows, known noise sd, "

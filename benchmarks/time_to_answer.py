@@ -30,7 +30,6 @@ import subprocess
 import sys
 import time
 import warnings
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +44,7 @@ import numpyro_dais
 from benchmarks import _real_models, _scale_models
 from benchmarks._common import RESULTS_DIR, Stopwatch, markdown_table, output_name, write_results
 from benchmarks._model_families import MODELS as FAMILY_MODELS
+from benchmarks._scale_models import Case
 
 NAME = "time_to_answer"
 MODULE = f"benchmarks.{NAME}"
@@ -103,20 +103,6 @@ SETTINGS = {
 # -- cases ----------------------------------------------------------------------------------------
 
 
-class Case(NamedTuple):
-    name: str
-    family: str
-    size: int | None
-    model: object
-    args: tuple
-    kwargs: dict
-    mean: np.ndarray
-    sd: np.ndarray
-    description: str
-    subsampled: object = None
-    semi: object = None
-
-
 def _as_jax(args, kwargs):
     conv = lambda a: jnp.asarray(a, jnp.float32) if isinstance(a, np.ndarray) else a  # noqa: E731
     return tuple(map(conv, args)), {k: conv(v) for k, v in kwargs.items()}
@@ -160,22 +146,6 @@ def _family_case(name, refs=None):
     )
 
 
-def _scale_case(scale):
-    return Case(
-        scale.name,
-        scale.name.split("_")[0],
-        scale.size,
-        scale.model,
-        scale.args,
-        {},
-        scale.mean,
-        scale.sd,
-        scale.description,
-        scale.subsampled,
-        scale.semi,
-    )
-
-
 def _ode_case():
     from benchmarks import _ode_models
 
@@ -212,9 +182,9 @@ def load_case(name):
     if name in FAMILY_MODELS:
         return _family_case(name)
     if name.startswith("logistic_"):
-        return _scale_case(_scale_models.logistic(int(name.split("_")[1]), batch=SL_BATCH))
+        return _scale_models.logistic(int(name.split("_")[1]), batch=SL_BATCH)
     if name.startswith("hierarchical_"):
-        return _scale_case(_scale_models.hierarchical(int(name.split("_")[1])))
+        return _scale_models.hierarchical(int(name.split("_")[1]))
     if name == "ode_pk":
         return _ode_case()
     raise KeyError(name)
@@ -270,9 +240,12 @@ def _nuts(case, cfg, seed, chains):
     return [("draws", time.perf_counter() - start, draws, None)]
 
 
-def _svi_answers(case, cfg, guide, model, seed, extra_draws=(), args=None, draw_args=None):
+def _svi_answers(
+    case, cfg, guide, model, seed, extra_draws=(), args=None, draw_args=None, members=None
+):
     """Train ``guide`` by ``run_until_converged`` and draw: ``[(label, seconds, draws,
-    steps)]`` for ``q0``/the guide's draws and each ``extra_draws`` method."""
+    steps)]`` for ``q0``/the guide's draws and each ``extra_draws`` method. ``members``:
+    ``(plate, indices)`` the draws are for (AutoSemiDAIS: every group)."""
     args = case.args if args is None else args
     draw_args = args if draw_args is None else draw_args
     start = time.perf_counter()
@@ -293,14 +266,16 @@ def _svi_answers(case, cfg, guide, model, seed, extra_draws=(), args=None, draw_
     for method in ("default",) + tuple(extra_draws):
         t = time.perf_counter()
         kw = {} if method == "default" else {"method": method}
-        draws = guide.sample_posterior(
-            jax.random.key(seed + 1),
-            run.params,
-            *draw_args,
-            sample_shape=(cfg["draws"],),
-            **kw,
-            **case.kwargs,
-        )
+        fixed = {} if members is None else {members[0]: members[1]}
+        with numpyro.handlers.substitute(data=fixed):
+            draws = guide.sample_posterior(
+                jax.random.key(seed + 1),
+                run.params,
+                *draw_args,
+                sample_shape=(cfg["draws"],),
+                **kw,
+                **case.kwargs,
+            )
         draws = jax.block_until_ready(draws)
         label = "draws" if method == "default" else method
         out.append((label, fit_s + time.perf_counter() - t, draws, steps))
@@ -326,7 +301,8 @@ def _normal_minibatch(case, cfg, seed):
 def _semidais(case, cfg, seed):
     model, local_model, global_model = case.semi(SEMI_BATCH)
     guide = numpyro_dais.AutoSemiDAIS(model, local_model, npg.AutoNormal(global_model))
-    return _svi_answers(case, cfg, guide, model, seed, args=(), draw_args=())
+    members = ("groups", jnp.arange(case.size))
+    return _svi_answers(case, cfg, guide, model, seed, args=(), draw_args=(), members=members)
 
 
 #: ``{method: (run(case, cfg, seed), applies(case))}``

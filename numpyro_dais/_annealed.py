@@ -39,8 +39,8 @@ BASE_DISTS = ("diagonal", "cholesky")
 
 #: Loop bodies a set-up program runs, for its compilation level
 #: (:func:`numpyro_dais._compile.run_for`): the mode search's Newton iterations times its
-#: Hessian's columns (its body ran about 340 times on a logistic GLMM, D = 71, 2,000 rows),
-#: the refinement's Adam steps; the model's gradients, so counted at
+#: Hessian's columns (its body ran about 340 times on a logistic GLMM, D = 71, 2,000 rows);
+#: the model's gradients, so counted at
 #: 1 / :data:`~numpyro_dais._compile.GRADIENT_WORK_DISCOUNT`.
 SET_UP_RUNS = 300 / _compile.GRADIENT_WORK_DISCOUNT
 
@@ -206,19 +206,20 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
             and not self._view.hidden_sites
         )
 
-    def _on_dynamics(self, fn, args, kwargs, params, key, *operands):
+    def _on_dynamics(self, fn, args, kwargs, params, key, *operands, runs=SET_UP_RUNS):
         """``fn(dynamics, start, *operands)`` for the dynamics' log density on this call's
         data and the density whose mode ``q0`` starts at (``target.start``: the full-data
         log joint, for the mini-batch guides too), as one compiled program (the set-up runs
         eagerly, where each operation of the model would otherwise be compiled on its own),
-        compiled for a run of :data:`SET_UP_RUNS` loop bodies."""
+        compiled for a run of ``runs`` loop bodies (:func:`numpyro_dais._compile.run_for`;
+        :data:`SET_UP_RUNS`, the mode search's, unless given)."""
 
         def call(args, kwargs, params, operands):
             view, target = self._view, self._target
             dynamics = target.dynamics(view, args, kwargs, params, key)
             return fn(dynamics, target.start(view, args, kwargs, params, key), *operands)
 
-        return jit_by_leaves(call).run_for(SET_UP_RUNS, args, kwargs, params, operands)
+        return jit_by_leaves(call).run_for(runs, args, kwargs, params, operands)
 
     # -- parameters -------------------------------------------------------------------------
 
@@ -359,7 +360,17 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         return _objective.LossCall(fitted, step_sizes, batch)
 
     def _init_draw(self, rng_key, call, args, kwargs):
-        return self._draw(rng_key, call.fitted, args, kwargs, "q0", 1)[0]
+        """``svi.init`` keeps the latent value only to trace the model once: ``q0``'s mean
+        in ``z``, computed on the host where the parameters are concrete (no program to
+        compile for it), else a ``q0`` draw."""
+        q0, affine = call.fitted.q0, call.fitted.affine
+        leaves = jax.tree.leaves((q0.loc, affine))
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+            return self._draw(rng_key, call.fitted, args, kwargs, "q0", 1)[0]
+        loc = np.asarray(q0.loc)
+        if affine is not None:
+            loc = np.asarray(affine.loc) + np.asarray(affine.scale_tril) @ loc
+        return loc.astype(np.asarray(q0.loc).dtype)
 
     def _loss_term(self, rng_key, call, args, kwargs):
         bound = self._one_program_when_eager(self._bound, rng_key)

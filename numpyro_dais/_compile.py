@@ -13,6 +13,7 @@ outer ``jit``, nothing changes.
 
 import math
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
 import jax
@@ -110,10 +111,48 @@ class _Program(NamedTuple):
     level: int | None  # its index in LEVELS, None: optimised
     flops: float
     runs: float  # the runs asked of it so far (the scales of its calls, summed)
+    lowered: object  # jax.stages.Lowered, for a more optimised compilation
+    upgrade: Future | None = None  # (compiled, level) being compiled in the background
 
 
 def _rank(level):
     return len(LEVELS) if level is None else level
+
+
+#: The factor by which the work asked of a compiled program must pass its level's budget
+#: before it is compiled again, more optimised: the cheaper levels' code runs within tens of
+#: percent of optimised code's, so only a long use pays for a second compilation.
+UPGRADE_MARGIN = 10.0
+
+_UPGRADES = None
+
+
+def _compile_in_background(lowered, level) -> Future:
+    """``(compile_at(lowered, level), level)`` on the one background thread of this module:
+    XLA releases the GIL while it compiles, so the caller goes on with the program it has."""
+    global _UPGRADES
+    if _UPGRADES is None:
+        _UPGRADES = ThreadPoolExecutor(1, thread_name_prefix="numpyro_dais_compile")
+    return _UPGRADES.submit(lambda: (compile_at(lowered, level), level))
+
+
+def _installed(program: _Program, wait: bool = False) -> _Program:
+    """``program`` with its background compilation in use where it has finished (``wait``:
+    once it has); a compilation that failed leaves the program as it was."""
+    if program.upgrade is None or not (wait or program.upgrade.done()):
+        return program
+    try:
+        compiled, level = program.upgrade.result()
+    except Exception:
+        return program._replace(upgrade=None)
+    return program._replace(compiled=compiled, level=level, upgrade=None)
+
+
+def settle(programs: dict) -> None:
+    """Wait for the background compilations of ``programs`` (a :func:`run_for` cache) and
+    put them in use: for tests and benchmarks that read the levels."""
+    for key, program in programs.items():
+        programs[key] = _installed(program, wait=True)
 
 
 def run_for(programs: dict, key, jitted, dynamic, scale: float):
@@ -124,20 +163,27 @@ def run_for(programs: dict, key, jitted, dynamic, scale: float):
 
     ``scale=0``: a program whose every run is short (sums, sorts and tail fits over a set of
     weights), kept at the cheapest level. ``programs`` caches them per ``key`` and input
-    types; when a call takes that sum past
-    its level's budget (a longer query, or the same one called again and again), the program
-    is compiled again, more optimised, and replaces it. Where ``XLA_FLAGS`` sets the options
-    of :data:`LEVELS` (the test suite does), the plain ``jitted(dynamic)``."""
+    types; when a call takes that sum past :data:`UPGRADE_MARGIN` times its level's budget
+    (a much longer query, or the same one called again and again), the program is compiled
+    again, more optimised, in the background: the calls go on with the program they have
+    until the new one is ready, so that no call stalls on a compilation it did not ask for.
+    Where ``XLA_FLAGS`` sets the options of :data:`LEVELS` (the test suite does), the plain
+    ``jitted(dynamic)``."""
     leaves = jax.tree.leaves(dynamic)
     if not on_cpu(leaves) or not options_at(0):  # XLA_FLAGS already chose the options
         return jitted(dynamic)
     key = (key, input_types(leaves))
     program = programs.get(key)
     runs = scale + (0.0 if program is None else program.runs)
-    if program is None or _rank(level_for(program.flops * runs)) > _rank(program.level):
+    if program is None:
         lowered = jitted.lower(dynamic)
         work = flops(lowered)
         level = level_for(work * runs)
-        program = _Program(compile_at(lowered, level), level, work, runs)
+        program = _Program(compile_at(lowered, level), level, work, runs, lowered)
+    else:
+        program = _installed(program)
+        wanted = level_for(program.flops * runs / UPGRADE_MARGIN)
+        if program.upgrade is None and _rank(wanted) > _rank(program.level):
+            program = program._replace(upgrade=_compile_in_background(program.lowered, wanted))
     programs[key] = program = program._replace(runs=runs)
     return program.compiled(dynamic)

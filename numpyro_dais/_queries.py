@@ -25,8 +25,13 @@ from numpyro_dais._checks import (
     check_positive_int,
 )
 from numpyro_dais._compile import annealing_runs
-from numpyro_dais._selfcheck import check_q0_once, run_chains, transport_verdict
-from numpyro_dais.engine import dais0, gaussian
+from numpyro_dais._selfcheck import (
+    check_q0_once,
+    end_point_check,
+    run_chains,
+    transport_verdict,
+)
+from numpyro_dais.engine import gaussian
 from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransitionParams, TransportReport
 
 POSTERIOR_METHODS = ("q0", "dais", "importance", "psis")
@@ -245,8 +250,8 @@ class PosteriorQueries:
             end = draw.run_for(
                 runs, rng_key, fitted, args, kwargs, "importance", num_samples, batch_size
             )
-        check = dais0.transport_check(_sampling.in_z(fitted.affine, fitted.q0), end)
-        chains = run_chains(self, jax.random.fold_in(rng_key, 1), fitted, args, kwargs)
+        check = end_point_check(fitted.affine, fitted.q0, end)
+        chains = run_chains(self, rng_key, fitted, args, kwargs)
         return transport_verdict(self, check, mean_tol, std_ratio_tol, warn, chains)
 
     # -- q0 as an explicit posterior (DAIS₀) -----------------------------------------------------

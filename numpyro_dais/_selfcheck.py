@@ -18,7 +18,8 @@ import jax
 import numpy as np
 
 from numpyro_dais import _compile, _sampling
-from numpyro_dais.engine import mala
+from numpyro_dais._vectorise import jit_short_run
+from numpyro_dais.engine import dais0, mala
 from numpyro_dais.results import TransportReport
 
 #: importance draws of the check: the end points' mean to ~1/16 of their sd, at a cost of a
@@ -86,7 +87,8 @@ def check_q0_once(guide, params, stacklevel=4) -> TransportReport | None:
 
 
 def _relaxation(guide, rng_key, fitted, args, kwargs):
-    key_target, key_run = jax.random.split(rng_key)
+    # the check's own stream: the end points it is compared with use ``rng_key`` itself
+    key_target, key_run = jax.random.split(jax.random.fold_in(rng_key, 1))
     log_target = guide._target.dynamics(guide._view, args, kwargs, fitted.model_params, key_target)
     q0 = _sampling.in_z(fitted.affine, fitted.q0)
     return mala.relaxation_check(key_run, q0, log_target, RELAX_CHAINS, RELAX_STEPS)
@@ -94,7 +96,8 @@ def _relaxation(guide, rng_key, fitted, args, kwargs):
 
 def run_chains(guide, rng_key, fitted, args, kwargs) -> mala.RelaxationCheck | None:
     """:func:`numpyro_dais.engine.mala.relaxation_check` of ``guide``'s ``q0`` on its
-    posterior (:data:`RELAX_CHAINS` chains of :data:`RELAX_STEPS`); ``None`` where its
+    posterior (:data:`RELAX_CHAINS` chains of :data:`RELAX_STEPS`, from ``rng_key`` folded
+    with 1, inside the chains' program); ``None`` where its
     dynamics do not run on the full-data posterior (a surrogate, a mini-batch)."""
     if guide._target.supports_subsampling:
         return None
@@ -159,6 +162,14 @@ def _chains_verdict(name, names, chains, std_ratio_tol, end_points_ok):
             "good initial point)."
         ),
     )
+
+
+@jit_short_run
+def end_point_check(affine, q0, z_end):
+    """:func:`numpyro_dais.engine.dais0.transport_check` of ``q0`` (in the sampler's
+    coordinates, ``affine`` its whitening) against the end points ``z_end (S, D)``: one
+    small program."""
+    return dais0.transport_check(_sampling.in_z(affine, q0), z_end)
 
 
 def transport_verdict(guide, check, mean_tol, std_ratio_tol, warn, chains=None) -> TransportReport:

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from numpyro_dais import _numpyro
+from numpyro_dais import _compile, _numpyro
 from numpyro_dais.engine import curvature, preconditioning, refinement
 
 #: Largest latent dimension ``D`` for which the set-up forms the ``D × D`` Hessian (one
@@ -136,13 +136,21 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
 
 #: Fixed draws of the refinement's sample-average ELBO (antithetic pairs): enough for a
 #: mean-field Gaussian's ELBO (Giordano et al. 2024 use 30) at a set-up cost of that many
-#: gradients per Adam step.
+#: gradients per evaluation of the fit.
 REFINE_DRAWS = 32
+#: Loop bodies the refinement's fit runs, for its program's compilation level
+#: (:func:`numpyro_dais._compile.run_for`): about 100 evaluations of the ELBO's gradient by
+#: L-BFGS, over the 3 bodies of the program that evaluate it (XLA counts each once: the
+#: starts' and the line search's two); the model's gradients, so counted at
+#: 1 / :data:`~numpyro_dais._compile.GRADIENT_WORK_DISCOUNT`. A short run: a cheaper
+#: compilation pays for itself where the set-up's count, made for the mode search's
+#: hundreds of Hessian columns, would optimise the code.
+REFINE_RUNS = 100 / 3 / _compile.GRADIENT_WORK_DISCOUNT
 
 
 def _moved(refined) -> bool:
     """Whether a :class:`~numpyro_dais.engine.refinement.Refinement` replaced the Laplace
-    start: Adam took steps, or started from a shrunken copy of it."""
+    start: the fit took steps, or started from a shrunken copy of it."""
     return refined is not None and (int(refined.num_iters) > 0 or float(refined.start_scale) != 1)
 
 
@@ -168,13 +176,15 @@ def _refine(guide, args, kwargs, model_params, affine, dtype):
 
     def on_start(fit):
         operands = loc, scale_tril, eps, fit
-        return guide._on_dynamics(run, args, kwargs, model_params, key, *operands)
+        runs = {"runs": REFINE_RUNS} if fit else {}
+        return guide._on_dynamics(run, args, kwargs, model_params, key, *operands, **runs)
 
     # the trigger alone first: the fit's program is compiled only for the posteriors it fits
     residual = float(on_start(False))
     if not residual > refinement.THRESHOLD:
         zeros = np.zeros_like(loc)
-        return affine, refinement.Refinement(zeros, zeros, np.asarray(residual), 0, 0.0, 1.0)
+        kept = refinement.Refinement(zeros, zeros, np.asarray(residual), 0, 0.0, 1.0, 0, False)
+        return affine, kept
     refined = jax.tree.map(np.asarray, on_start(True))
     if not _moved(refined):
         return affine, refined

@@ -124,8 +124,8 @@ def _final_check(guide, params):
 
 
 def _raise_if_not_finite(mean, done):
-    leaves = jax.tree.leaves(mean)
-    if all(bool(jnp.all(jnp.isfinite(x))) for x in leaves):
+    """Stop with the fix when the window's iterates (host arrays) are not finite."""
+    if all(np.all(np.isfinite(x)) for x in jax.tree.leaves(mean)):
         return
     raise FloatingPointError(
         f"run_until_converged: the parameters became non-finite within the last window "
@@ -133,6 +133,17 @@ def _raise_if_not_finite(mean, done):
         "gradient overflows. Fix: lower the learning rate, pass `stable_update=True` (skips "
         "non-finite steps), or start nearer the posterior (`init_loc_fn=init_to_median`)."
     )
+
+
+def _tail_average(svi, means):
+    """The constrained parameters at the average of the windows' mean iterates ``means``
+    (host arrays, unconstrained): one small program, not one per operation."""
+
+    def average(last, means):
+        moved = jax.tree.map(lambda x, *ms: x + sum(m - x for m in ms) / len(ms), last, *means)
+        return svi.constrain_fn(moved)
+
+    return jax.jit(average)(means[-1], means)
 
 
 def run_until_converged(
@@ -193,7 +204,7 @@ def run_until_converged(
         for w in range(num_windows):
             start = time.perf_counter()
             state, window_losses, mean = run(state)
-            window_losses = np.asarray(window_losses)  # waits for the window
+            window_losses, mean = jax.device_get((window_losses, mean))  # waits for it
             if w == 0:
                 run.upgrade_if_worth_it((time.perf_counter() - start) / window)
             done += window
@@ -212,9 +223,7 @@ def run_until_converged(
             bar.close()
     converged = stopping.converged(rule, rule_state)
     if converged:
-        last = means[-1]
-        average = jax.tree.map(lambda x, *ms: x + sum(m - x for m in ms) / len(ms), last, *means)
-        params = svi.constrain_fn(average)
+        params = _tail_average(svi, means)
     else:
         params = svi.get_params(state)
         warnings.warn(

@@ -27,8 +27,10 @@ SCRIPTS = [
     "gpvi_open_set",
     "gpvi_reproduction",
     "model_families",
+    "ode_profile",
     "real_models",
     "refined_start",
+    "refinement_optimiser",
     "scaling_devices",
     "sldais_scaling",
     "sldais_vs_dais",
@@ -38,8 +40,10 @@ NO_FIGURE = {
     "dsmcs_static_target",
     "gpvi_open_set",
     "model_families",
+    "ode_profile",
     "real_models",
     "refined_start",
+    "refinement_optimiser",
     "scaling_devices",
     "sldais_scaling",
     "sldais_vs_dais",
@@ -49,7 +53,18 @@ NEEDS_SKLEARN = {"dais0_logistic", "gpvi_open_set", "sldais_vs_dais"}
 #: rows or sections a script's table must have, beyond the command and the machine
 EXPECTED = {
     "model_families": ("| ours q0 |", "| AutoNormal |", "with no warning from our guide"),
+    "ode_profile": (
+        "| phase | ours N=8 |",
+        "self-check: MALA chains",
+        "by jax.experimental.ode.odeint",
+        "| unbatched |",
+    ),
     "refined_start": ("| refined (default) |", "| Laplace at the mode |", "## Models"),
+    "refinement_optimiser": (
+        "| eight_schools_noncentred |",
+        "| 1,000 | L-BFGS |",
+        "| 1,000 | Adam |",
+    ),
     "dsmcs_static_target": ("**hmc-paper**", "**Budget**", "Trained parameters under each rule"),
     "real_models": (
         "| ours q0 |",

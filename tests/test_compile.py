@@ -37,7 +37,9 @@ def test_a_flag_the_user_set_stands(monkeypatch):
 def test_run_for_picks_the_level_by_the_work_asked_so_far(monkeypatch):
     """Same values as the optimised program to float32 round-off (the options change XLA's
     code generation, not the computation). The level follows the runs asked of the program
-    so far: a longer call, or the eleventh short one, recompiles it, more optimised."""
+    so far: once they pass ``UPGRADE_MARGIN`` times its level's budget it is compiled again,
+    more optimised, in the background (the call that asks for it runs the program it has:
+    no stall); a first call compiles for its own runs."""
     monkeypatch.setenv("XLA_FLAGS", "")  # the suite's flags would choose the options
     x = jnp.linspace(-1.0, 1.0, 7)
     options = {"rate": 0.1, "steps": 5}
@@ -46,12 +48,21 @@ def test_run_for_picks_the_level_by_the_work_asked_so_far(monkeypatch):
     work = _compile.flops(jax.jit(lambda x: _descent(x, options)).lower(x))
     assert 0 < work < np.inf
     monkeypatch.setattr(_compile, "WORK_BUDGETS", (10 * work, 100 * work))
+    monkeypatch.setattr(_compile, "UPGRADE_MARGIN", 2.0)
     levels = lambda: [p.level for p in program.programs.values()]
-    # the runs asked so far: 1, 6, 7, ..., 10 (budget 10), 11, 61, 62 (budget 100), 1062
-    calls = [(1, 0), (5, 0)] + [(1, 0)] * 4 + [(1, 1), (50, 1), (1, 1), (1000, None)]
+    # the runs asked so far: 1, 6, 11, ..., 21 (past 2 x 10), 121, 201 (past 2 x 100), 2201;
+    # a first call compiles for its own runs: level 1 for 11
+    calls = [(1, 0), (5, 0), (5, 0), (5, 0), (5, 1), (100, 1), (80, None), (2000, None)]
+    before = 0
     for scale, level in calls:
         np.testing.assert_allclose(program.run_for(scale, x, options), expected, rtol=1e-6)
+        assert levels() == [before]  # the call itself ran the program it had
+        _compile.settle(program.programs)
         assert levels() == [level]
+        before = level
+    fresh = jit_by_leaves(_descent)
+    fresh.run_for(11, x, options)
+    assert [p.level for p in fresh.programs.values()] == [1]
     assert len(program.cache) == 1  # one trace, whatever the level
 
 

@@ -55,7 +55,10 @@ def test_snippets_run_as_they_stand():
     namespace = {"__name__": "readme"}
     # as written, but with a tenth of the training steps and particles: what is tested is
     # that every line runs and the posterior's signs come out (the suite's time budget)
-    shorter = {", 3000, X, y)": ", 300, X, y)", ", 2000, X, y,": ", 200, X, y,"}
+    shorter = {
+        "jax.random.key(2), X, y)": "jax.random.key(2), X, y, window=50, max_steps=400)",
+        ", 2000, X, y,": ", 200, X, y,",
+    }
     shorter["num_particles=10_000"] = "num_particles=1000"
     for block in blocks:
         for long, short in shorter.items():

@@ -1,9 +1,10 @@
 """Differentiable annealed importance sampling: ``K`` transitions for ``N`` particles.
 
-``lax.scan`` over the transitions, ``vmap`` over the particles. The same :func:`init` and
-:func:`step` drive the SMC sampler in :mod:`.smc`, which only adds resampling between steps;
-both samplers take a :class:`Target` and return a :class:`SamplerOutput`, so a guide
-composes any target (full data, surrogate, mini-batch) with either sampler.
+``lax.scan`` over the transitions, ``vmap`` over the particles (:func:`over_particles`). The
+same :func:`init` and :func:`step` drive the SMC sampler in :mod:`.smc`, which only adds
+resampling between steps; both samplers take a :class:`Target` and return a
+:class:`SamplerOutput`, so a guide composes any target (full data, surrogate, mini-batch)
+with either sampler.
 
 References: Geffner & Domke (2021), "MCMC variational inference via uncorrected Hamiltonian
 annealing"; Zhang et al. (2021), "Differentiable annealed importance sampling and the perils
@@ -29,6 +30,26 @@ from numpyro_dais.engine.base import (
     TransitionInfo,
 )
 from numpyro_dais.engine.transitions import as_kernel, init_state
+
+
+def over_particles(fn):
+    """``jax.vmap(fn)`` over the leading (particle) axis of every argument, except that an
+    axis of one particle runs ``fn`` unbatched (and puts the axis back on its outputs).
+
+    A batched model can cost more than the same model on one point: under ``vmap`` a
+    ``while`` loop runs a ``select`` over every carry each iteration, and the gradient of
+    ``jax.experimental.ode.odeint`` (a ``custom_vjp`` adjoint solve) does not vectorise at
+    all. With one particle (``num_particles=1``, the default) nothing is gained by the batch
+    axis, so the program holds the unbatched model."""
+    batched = jax.vmap(fn)
+
+    def call(*args):
+        if any(jnp.shape(x)[:1] != (1,) for x in jax.tree.leaves(args)):
+            return batched(*args)
+        out = fn(*jax.tree.map(lambda x: x[0], args))
+        return jax.tree.map(lambda x: jnp.expand_dims(x, 0), out)
+
+    return call
 
 
 def omit_final(z):
@@ -89,7 +110,7 @@ def init(
     else:
         v0 = jnp.zeros_like(z0)
     with_grads = kernel.exact_energy
-    return jax.vmap(
+    return over_particles(
         lambda z, v: init_state(
             z, v, potential, with_values=track or with_grads, with_grads=with_grads
         )
@@ -102,7 +123,7 @@ def move(
     """Apply transition ``k`` to every particle of a batched state (vmapped kernel), with
     ``noise (N, D)`` standard normal draws."""
     move_one = kernel.transition
-    return jax.vmap(lambda xi, s: move_one(xi, s, step, potential, track))(noise, state)
+    return over_particles(lambda xi, s: move_one(xi, s, step, potential, track))(noise, state)
 
 
 def step(
@@ -142,7 +163,7 @@ def run(
     noise = draw_noise(noise_key, params.K, num_particles, q0.loc.shape[-1])
     state = init(noise, q0, pot, params, kernel, track_increments)
     z0 = state.z
-    log_q0_z0 = jax.vmap(pot.log_q0)(z0)
+    log_q0_z0 = over_particles(pot.log_q0)(z0)
 
     def body(state, xs):
         noise, k = xs
@@ -156,7 +177,7 @@ def run(
     if target.log_final is None and exact:
         final = state.log_target  # already evaluated at z_K by the last step
     else:
-        final = jax.vmap(target.log_final or target.log_dynamics)(state.z)
+        final = over_particles(target.log_final or target.log_dynamics)(state.z)
     deltas = jnp.sum(infos.delta, axis=0)
     log_w = final - log_q0_z0 + deltas
     # The energy check on the dynamics' target, ℓ̃(end) − ℓ̃(start) + Σ Δ_k, from values the

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_dais.engine import gaussian, weights
+from numpyro_dais.engine.dais import over_particles
 
 
 def symmetrized_kl(
@@ -47,13 +48,14 @@ def symmetrized_kl(
     """
     z, log_weights = jax.lax.stop_gradient((z, log_weights))
     # a draw where ℓ is not finite (outside the model's domain) drops out, NaN gradient too
-    r = jax.vmap(log_q0)(z0) - jax.vmap(log_target)(weights.zero_nonfinite_grads(z0))
+    finite_z0 = weights.zero_nonfinite_grads(z0)
+    r = over_particles(log_q0)(z0) - over_particles(log_target)(finite_z0)
     ok = jnp.isfinite(r)
     reverse = jnp.sum(jnp.where(ok, r, 0.0)) / jnp.maximum(jnp.sum(ok), 1)
     log_weights, _ = weights.mask_nonfinite(log_weights)
     finite = jnp.isfinite(log_weights)
     W = jnp.where(finite, jnp.exp(weights.log_normalize(log_weights)), 0.0)
-    log_q0_z = jax.vmap(log_q0)(jnp.where(finite[:, None], z, 0.0))
+    log_q0_z = over_particles(log_q0)(jnp.where(finite[:, None], z, 0.0))
     forward = -jnp.sum(jnp.where(W > 0, W * log_q0_z, 0.0))
     return reverse + forward
 

@@ -10,14 +10,16 @@ standard deviations; a regression's, below 1.
 
 When the largest ``|r̄_i|`` (:func:`residual`) exceeds a threshold, :func:`refine`
 maximises the sample-average ELBO of ``N(μ, diag e^{2ρ})`` over the same fixed draws
-(deterministic ADVI) with Adam; the refined start is ``z = m + L (μ + e^ρ u)``. Adam starts
-from ``N(0, I)``, or from a shrunken copy (:data:`START_SCALES`) where a joint mode far from
-the bulk is so sharp that the Laplace Gaussian's own draws reach densities no step recovers
-from.
+(deterministic ADVI). That objective is deterministic, so it is fitted by L-BFGS with a
+line search, not by a stochastic-gradient method; the refined start is ``z = m + L (μ + e^ρ
+u)``. The fit starts from ``N(0, I)``, or from a shrunken copy (:data:`START_SCALES`) where
+a joint mode far from the bulk is so sharp that the Laplace Gaussian's own draws reach
+densities no step recovers from.
 
-Reference: Giordano, Ingram & Broderick (2024), "Black box variational inference with a
+References: Giordano, Ingram & Broderick (2024), "Black box variational inference with a
 deterministic objective: faster, more accurate, and even more black box" (DADVI: the ELBO
-over a fixed set of draws).
+over a fixed set of draws); Nocedal & Wright (2006), *Numerical Optimization* (L-BFGS, the
+zoom line search).
 """
 
 from collections.abc import Callable
@@ -42,12 +44,23 @@ THRESHOLD = 3.0
 #: from it ends elsewhere (eight schools' importance draws 0.43 instead of 0.11 in log sd
 #: after training), so they keep ``s = 1``; a stochastic-volatility series with a
 #: heavy-tailed prior on its volatility scale (joint mode at σ ≈ 15, the posterior's bulk at
-#: 0.5) gives ``−6·10¹⁵`` at ``s = 1`` (float32), and Adam from there never reached the bulk:
-#: q0 ended 58 posterior sds off after 5,000 training steps, and 0.11 from the best shrunken
-#: start (float64).
+#: 0.5) gives ``−6·10¹⁵`` at ``s = 1`` (float32); Adam, this fit's optimiser before L-BFGS,
+#: never reached the bulk from there (q0 ended 58 posterior sds off after 5,000 training
+#: steps, and 0.11 from the best shrunken start, float64).
 START_SCALES = (1.0, 0.3, 0.1, 0.03, 0.01)
 #: nats per dimension by which a shrunken start must beat the Laplace Gaussian's ELBO
 SHRINK_MARGIN = 10.0
+#: relative rise of ``−ELBO`` that the line search of :func:`refine` accepts as a decrease
+#: near an optimum, where round-off hides one (Hager & Zhang 2006's approximate Wolfe
+#: condition; optax's default)
+APPROX_DECREASE_RTOL = 1e-6
+#: curvature pairs that the L-BFGS of :func:`refine` keeps
+LBFGS_MEMORY = 40
+#: evaluations of the ELBO and its gradient that one line search of :func:`refine` may take
+MAX_LINESEARCH_STEPS = 20
+#: iterations in a row without progress (a decrease beyond round-off, or a new least error)
+#: after which :func:`refine` stops
+STALL_ITERS = 10
 
 
 class Refinement(NamedTuple):
@@ -60,11 +73,19 @@ class Refinement(NamedTuple):
     residual: jax.Array
     """``()`` ``max_i |r̄_i|`` at ``N(0, I)`` (``inf`` when not finite)."""
     num_iters: jax.Array
-    """``()`` Adam steps taken (0 with ``start_scale`` 1: the Laplace start is kept)."""
+    """``()`` L-BFGS iterations taken (0 with ``start_scale`` 1: the Laplace start is
+    kept)."""
     gain: jax.Array
-    """``()`` the sample-average ELBO gained over Adam's start (nats)."""
+    """``()`` the sample-average ELBO gained over the fit's start (nats)."""
     start_scale: jax.Array
-    """``()`` the ``s`` of Adam's start ``N(0, s² I)`` (:data:`START_SCALES`)."""
+    """``()`` the ``s`` of the fit's start ``N(0, s² I)`` (:data:`START_SCALES`)."""
+    num_evals: jax.Array
+    """``()`` evaluations of the ELBO and its gradient, each over all the draws (the
+    starts' included; 0 when not refined)."""
+    converged: jax.Array
+    """``()`` whether the fit ended within the tolerance of the optimum in its own units:
+    the ELBO's gradient in ``μ`` times ``e^ρ``, its gradient in ``ρ``, and the last step, all
+    below it in every coordinate."""
 
 
 def antithetic_draws(num_draws: int, dim: int, dtype, seed: int = 0) -> np.ndarray:
@@ -77,10 +98,11 @@ def antithetic_draws(num_draws: int, dim: int, dtype, seed: int = 0) -> np.ndarr
 
 def _elbo(log_density: Callable, eps: jax.Array) -> Callable:
     """The sample-average ELBO of ``N(μ, diag e^{2ρ})`` over ``eps (S, D)``, a function of
-    ``(μ, ρ)``."""
+    ``params (2 D,)``, ``μ`` then ``ρ``."""
+    dim = eps.shape[-1]
 
     def elbo(params):
-        loc, log_scale = params
+        loc, log_scale = params[:dim], params[dim:]
         values = jax.vmap(log_density)(loc + jnp.exp(log_scale) * eps)
         return jnp.mean(values) + jnp.sum(log_scale)
 
@@ -98,57 +120,161 @@ def _max_residual(value: jax.Array, grad_loc: jax.Array, eps: jax.Array) -> jax.
 def residual(log_density: Callable, eps: jax.Array) -> jax.Array:
     """``()`` ``max_i |r̄_i|``, ``r̄ = mean_s(∇ℓ(ε_s) + ε_s)`` over ``eps (S, D)`` (``inf``
     when not finite): whether to :func:`refine`."""
-    zeros = jnp.zeros(eps.shape[-1], eps.dtype)
-    value, grads = jax.value_and_grad(_elbo(log_density, eps))((zeros, zeros))
-    return _max_residual(value, grads[0], eps)
+    dim = eps.shape[-1]
+    value, grad = jax.value_and_grad(_elbo(log_density, eps))(jnp.zeros(2 * dim, eps.dtype))
+    return _max_residual(value, grad[:dim], eps)
+
+
+def _starts(value_and_grad: Callable, dim: int, dtype) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``(values (n,), grads (n, 2 D), params (n, 2 D))`` of ``f = −ELBO`` at the starts
+    ``N(0, s² I)``, ``s`` in :data:`START_SCALES` (``n`` of them; ``params`` flat, ``μ``
+    then ``ρ``): one program body for the choice of start, its gradient and the residual."""
+    log_scales = jnp.log(jnp.asarray(START_SCALES, dtype))
+    params = jnp.concatenate(
+        [jnp.zeros((len(START_SCALES), dim), dtype), jnp.repeat(log_scales[:, None], dim, 1)], 1
+    )
+    values, grads = jax.lax.map(value_and_grad, params)
+    return values, grads, params
+
+
+def _choose_start(values: jax.Array, dim: int) -> jax.Array:
+    """``()`` the index of the start in :data:`START_SCALES`, from ``f = −ELBO`` at each
+    (``values``): the Laplace Gaussian's unless its ELBO is not finite or more than
+    :data:`SHRINK_MARGIN` nats per dimension below the best, then the best."""
+    elbos = jnp.where(jnp.isfinite(values), -values, -jnp.inf)
+    best = jnp.argmax(elbos)
+    keep = jnp.isfinite(elbos[0]) & (elbos[0] >= elbos[best] - SHRINK_MARGIN * dim)
+    return jnp.where(keep, 0, best)
+
+
+def _finite(value: jax.Array, grad: jax.Array) -> jax.Array:
+    return jnp.isfinite(value) & jnp.all(jnp.isfinite(grad))
+
+
+def _error(params: jax.Array, grad: jax.Array) -> jax.Array:
+    """``()`` how far ``(μ, ρ) = params`` is from the optimum in the fit's own units, by
+    ``∇f = grad``: the largest of ``|∂f/∂μ_i| e^{ρ_i}`` and ``|∂f/∂ρ_i|``. For a Gaussian
+    target ``N(m, s²)`` (``e^ρ ≈ s``) the first is ``|μ_i − m_i| / s_i``, the second ``|e^{2ρ_i}
+    / s_i² − 1|`` (up to the draws' second moment), whatever the scale ``s``: a raw gradient
+    would leave a flat direction (a large ``s``) ``tol s²`` from its optimum."""
+    dim = params.shape[-1] // 2
+    return jnp.max(jnp.abs(jnp.concatenate([grad[:dim] * jnp.exp(params[dim:]), grad[dim:]])))
+
+
+def _step(params: jax.Array, new: jax.Array) -> jax.Array:
+    """``()`` the length of the step from ``params`` to ``new`` in ``new``'s own units: the
+    largest of ``|Δμ_i| e^{−ρ_i}`` and ``|Δρ_i|``."""
+    dim = params.shape[-1] // 2
+    delta = jnp.abs(new - params)
+    return jnp.max(jnp.concatenate([delta[:dim] * jnp.exp(-new[dim:]), delta[dim:]]))
+
+
+class _Fit(NamedTuple):
+    """A point of the fit, by the minimised ``f = −ELBO`` of flat ``(μ, ρ)``."""
+
+    params: jax.Array
+    """``(2 D,)`` the last point whose ``f`` and ``∇f`` were finite."""
+    value: jax.Array
+    """``()`` ``f`` there."""
+    grad: jax.Array
+    """``(2 D,)`` ``∇f`` there."""
+    iters: jax.Array
+    """``()`` iterations taken to it."""
+    evals: jax.Array
+    """``()`` evaluations of ``f`` and ``∇f`` so far."""
+    error: jax.Array
+    """``()`` :func:`_error` there (``nan`` where ``∇f`` is not finite)."""
+    step: jax.Array
+    """``()`` the length of the step to it in its own units (:func:`_step`; ``inf`` at the
+    start)."""
+
+    def converged(self, tol: float) -> jax.Array:
+        """Within ``tol`` of the optimum by the gradient, and by the step that reached it: a
+        quasi-Newton step near an optimum is about the distance to it, where the gradient
+        alone can dip below ``tol`` mid-way along a direction of low curvature."""
+        return (self.error < tol) & (self.step < tol)
+
+
+def _lbfgs(f: Callable, fit: _Fit, max_evals: int, tol: float) -> _Fit:
+    """L-BFGS on ``f`` from ``fit`` (``optax.lbfgs``: a zoom line search for the strong
+    Wolfe conditions, or Hager & Zhang's approximate ones near an optimum where round-off
+    hides a decrease), until converged or ``max_evals`` evaluations are spent.
+
+    A line search that fails (no step, a step to where ``f`` or ``∇f`` is not finite, or a
+    step that rises) moves nothing: the fit restarts from its point with an empty memory (a
+    steepest-descent step), and stops when a restarted step fails too, or after
+    :data:`STALL_ITERS` iterations in a row that neither lower ``f`` by more than its
+    round-off nor reach a new least :func:`_error` (an optimum beyond where ``f`` is finite,
+    approached by ever shorter steps). Memory: :data:`LBFGS_MEMORY`.
+
+    Nocedal & Wright (2006), *Numerical Optimization*, algorithms 3.5–3.6 and 7.4–7.5."""
+    linesearch = optax.scale_by_zoom_linesearch(
+        max_linesearch_steps=MAX_LINESEARCH_STEPS, approx_dec_rtol=APPROX_DECREASE_RTOL
+    )
+    lbfgs = optax.lbfgs(memory_size=LBFGS_MEMORY, linesearch=linesearch)
+
+    def cond(carry):
+        fit, _, _, stalled, stop, _ = carry
+        return ~fit.converged(tol) & ~stop & (stalled < STALL_ITERS) & (fit.evals < max_evals)
+
+    def body(carry):
+        fit, state, fresh, stalled, _, least = carry
+        updates, state = lbfgs.update(
+            fit.grad, state, fit.params, value=fit.value, grad=fit.grad, value_fn=f
+        )
+        value = optax.tree.get(state, "value")
+        grad = optax.tree.get(state, "grad")
+        evals = fit.evals + optax.tree.get(state, "num_linesearch_steps").astype(fit.evals.dtype)
+        rise = value - fit.value - APPROX_DECREASE_RTOL * jnp.abs(fit.value)
+        moved = jnp.any(updates != 0) & _finite(value, grad) & (rise <= 0)
+        params = fit.params + updates
+        error, step = _error(params, grad), _step(fit.params, params)
+        new = _Fit(params, value, grad, fit.iters + 1, evals, error, step)
+        # progress: f lower by more than its round-off, or the least error so far
+        round_off = jnp.finfo(value.dtype).eps * jnp.maximum(jnp.abs(fit.value), 1.0)
+        progress = moved & ((fit.value - value > round_off) | (new.error < least))
+        stalled = jnp.where(progress, 0, stalled + 1)
+        least = jnp.where(moved, jnp.minimum(least, new.error), least)
+        fit = jax.tree.map(lambda n, o: jnp.where(moved, n, o), new, fit._replace(evals=evals))
+        state = jax.tree.map(lambda s, s0: jnp.where(moved, s, s0), state, lbfgs.init(fit.params))
+        return fit, state, ~moved, stalled, ~moved & fresh, least
+
+    zero, false = jnp.zeros((), jnp.int32), jnp.zeros((), bool)
+    init = (fit, lbfgs.init(fit.params), ~false, zero, false, fit.error)
+    return jax.lax.while_loop(cond, body, init)[0]
 
 
 def refine(
-    log_density: Callable,
-    eps: jax.Array,
-    max_iters: int = 1000,
-    learning_rate: float = 0.1,
-    tol: float = 0.05,
+    log_density: Callable, eps: jax.Array, max_evals: int = 1000, tol: float = 0.01
 ) -> Refinement:
     """Fit ``N(μ, diag e^{2ρ})`` to ``ℓ`` (a log density of ``u (D,)``) by the ELBO over the
     draws ``eps (S, D)``, from ``N(0, s² I)``, ``s`` in :data:`START_SCALES` (``1`` unless
-    its ELBO is not finite or far below a shrunken start's).
+    its ELBO is not finite or far below a shrunken start's): a :class:`Refinement`.
 
-    Adam's learning rate decays from ``learning_rate`` to a hundredth of it over ``max_iters``
-    steps; it stops early when every gradient coordinate is below ``tol`` (``tol`` standard
-    deviations of a Gaussian target from its optimum), and keeps the last point whose
-    objective and gradient were finite (none: the start, with 0 steps).
+    The objective is deterministic (the draws are fixed), so a quasi-Newton method with a
+    line search fits it (Giordano et al. 2024 use a second-order method too): L-BFGS
+    (:func:`_lbfgs`) until the fit is within ``tol`` of the optimum in its own units
+    (:func:`_error`: ``tol`` standard deviations of a Gaussian target), out of ``max_evals``
+    evaluations of the ELBO and its gradient (each ``S`` gradients of ``ℓ``). It keeps the
+    last point whose objective and gradient were finite (none: the start, with 0
+    iterations).
     """
+    dim = eps.shape[-1]
     elbo = _elbo(log_density, eps)
-    value_and_grad = jax.value_and_grad(elbo)
-    adam = optax.adam(optax.cosine_decay_schedule(learning_rate, max_iters, alpha=0.01))
-    zeros = jnp.zeros(eps.shape[-1], eps.dtype)
-    log_scales = jnp.log(jnp.asarray(START_SCALES, eps.dtype))
-    starts = jax.lax.map(lambda rho: elbo((zeros, zeros + rho)), log_scales)
-    starts = jnp.where(jnp.isfinite(starts), starts, -jnp.inf)
-    best = jnp.argmax(starts)
-    margin = SHRINK_MARGIN * eps.shape[-1]
-    start = jnp.where(jnp.isfinite(starts[0]) & (starts[0] >= starts[best] - margin), 0, best)
-    params = (zeros, zeros + log_scales[start])
-
-    def body(carry):
-        i, params, best, state, start, gain, _ = carry
-        value, grads = value_and_grad(params)
-        finite = jnp.isfinite(value) & jnp.all(jnp.isfinite(jnp.stack(grads)))
-        start = jnp.where(i == 0, value, start)  # the ELBO the gain is measured from
-        # Adam ascends: optax minimises, so the gradient's sign is flipped
-        updates, state = adam.update(jax.tree.map(jnp.negative, grads), state, params)
-        best = jax.tree.map(lambda p, b: jnp.where(finite, p, b), params, best)
-        gain = jnp.where(finite, value - start, gain)
-        moves = finite & ~jnp.all(jnp.abs(jnp.stack(grads)) < tol)
-        params = jax.tree.map(lambda p, u: jnp.where(moves, p + u, p), params, updates)
-        return i + 1, params, best, state, start, gain, ~moves
-
-    zero = jnp.zeros((), eps.dtype)
-    init = (jnp.zeros((), jnp.int32), params, params, adam.init(params), zero, zero)
-    carry = jax.lax.while_loop(
-        lambda c: (c[0] <= max_iters) & ~c[6], body, init + (jnp.zeros((), bool),)
-    )
-    i, _, best, _, _, gain, _ = carry
-    scale = jnp.exp(log_scales[start])
-    return Refinement(best[0], best[1], residual(log_density, eps), i - 1, gain, scale)
+    f = lambda params: -elbo(params)  # noqa: E731 (optax minimises)
+    values, grads, params = _starts(jax.value_and_grad(f), dim, eps.dtype)
+    # ∇f = −∇ELBO, and the residual is the ELBO's gradient in μ at N(0, I), the first start
+    resid = _max_residual(-values[0], -grads[0, :dim], eps)
+    start = _choose_start(values, dim)
+    value, grad = values[start], grads[start]
+    zero = jnp.zeros((), jnp.int32)
+    evals = zero + len(START_SCALES)
+    error = _error(params[start], grad)
+    fit = _Fit(params[start], value, grad, zero, evals, error, jnp.asarray(jnp.inf, value.dtype))
+    # a start whose ELBO or gradient is not finite is kept
+    fit = jax.lax.cond(_finite(value, grad), lambda: _lbfgs(f, fit, max_evals, tol), lambda: fit)
+    gain = jnp.where(jnp.isfinite(value), value - fit.value, 0.0)
+    scale = jnp.asarray(START_SCALES, eps.dtype)[start]
+    loc, log_scale = fit.params[:dim], fit.params[dim:]
+    converged = fit.converged(tol)
+    return Refinement(loc, log_scale, resid, fit.iters, gain, scale, fit.evals, converged)

@@ -126,7 +126,7 @@ def run(
     else:
         # the last increment ends on the final target instead of ℓ̃:
         # log W̄_{K−1} + log w̃_K' = log W̄_K + s_K + (final − ℓ̃)(z_K)
-        log_final_target = jax.vmap(final)(state.z)
+        log_final_target = dais.over_particles(final)(state.z)
         swap, _ = weights.mask_nonfinite(log_W + log_final_target - state.log_target)
         s = logsumexp(swap)
         log_Z, log_W = log_Z + s, swap - s

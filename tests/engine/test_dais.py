@@ -136,3 +136,63 @@ def test_cholesky_gaussian_matches_scipy():
     np.testing.assert_allclose(
         gaussian.log_prob(q0, z), multivariate_normal.logpdf(z, q0.loc, L @ L.T), rtol=1e-5
     )
+
+
+def _batched_whiles(jaxpr) -> int:
+    """``while`` loops over a batch (a predicate per member: how ``vmap`` runs a loop whose
+    trip count can differ between the members of a batch), at any depth."""
+    count = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "while":
+            count += eqn.params["cond_jaxpr"].out_avals[0].ndim > 0
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, list | tuple) else [param]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    count += _batched_whiles(inner)
+    return count
+
+
+def test_over_particles_is_vmap_and_one_particle_runs_unbatched():
+    """Values equal ``vmap``'s for one particle and for three; one particle reaches the
+    function as an unbatched ``(D,)``, three as a batch."""
+    seen = []
+
+    def fn(z, scale):
+        seen.append(isinstance(z, jax.core.Tracer) and "Batch" in type(z).__name__)
+        return {"value": _target(z) * scale, "z": z}
+
+    for n in (1, 3):
+        z = jax.random.normal(jax.random.key(n), (n, D))
+        scale = jnp.arange(1.0, n + 1.0)
+        out = dais.over_particles(fn)(z, scale)
+        expected = jax.vmap(fn)(z, scale)
+        np.testing.assert_allclose(out["value"], expected["value"], rtol=1e-6)
+        np.testing.assert_array_equal(out["z"], z)
+    assert seen == [False, True, True, True]  # (over_particles, vmap) for 1, then for 3
+
+
+def test_one_particle_keeps_an_ode_solvers_loop_unbatched():
+    """The training program of one particle on a log density solved by ``odeint`` (an
+    adaptive solver: ``while`` loops, with a ``custom_vjp`` adjoint) holds no loop over a
+    batch of one, in the run or its gradient; two particles do (the marker is right)."""
+    from jax.experimental.ode import odeint
+
+    t = jnp.array([0.0, 0.5, 1.0])
+
+    def log_density(z):
+        y = odeint(lambda y, _, k: -k * y, jnp.ones(1), t, jnp.exp(z[0]))
+        return -jnp.sum((y[1:, 0] - jnp.array([0.6, 0.4])) ** 2) / 0.02 - 0.5 * jnp.sum(z**2)
+
+    q0 = gaussian.Gaussian(jnp.zeros(1), jnp.ones(1))
+    params = dais.AnnealParams(
+        annealing.betas_from_increments(jnp.ones(2)), jnp.full(2, 0.1), jnp.ones(1), 0.8
+    )
+
+    def loss(loc, n):
+        q = q0._replace(loc=loc)
+        return dais.run(jax.random.key(0), q, dais.Target(log_density), params, n).log_Z
+
+    for n, expected in ((1, False), (2, True)):
+        jaxpr = jax.make_jaxpr(jax.value_and_grad(loss), static_argnums=1)(q0.loc, n)
+        assert (_batched_whiles(jaxpr.jaxpr) > 0) is expected, n
