@@ -300,7 +300,9 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
 
     def _params_from(self, params) -> Fitted:
         """The :class:`Fitted` parameters in an SVI ``params`` dict, checked first."""
-        self._check_params(params, lambda: (self._guide_params(), self._model_params()))
+        # the control variate's sites: for training only (params saved without them draw)
+        make = lambda: (self._guide_params(), self._model_params())  # noqa: E731
+        self._check_params(params, make, self._target.control_variate_names)
         q0, anneal, affine = self._substituted(self._guide_params, params)
         return Fitted(q0, anneal, affine, self._model_params_from(params))
 

@@ -50,6 +50,8 @@ class FullData:
     #: the final term takes a control variate built from the start density's linearisation
     #: at the set-up's mode (:meth:`Surrogate.correction`)
     control_variate = False
+    #: the parameter sites that hold that linearisation (none here)
+    control_variate_names = ()
 
     def setup(self, view: ModelView, prototype_trace, args, kwargs, prefix):
         """Called once with the first call's arguments; returns nothing."""
