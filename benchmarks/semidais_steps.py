@@ -3,11 +3,13 @@
 Student-t regression written with one local Gamma scale per data point (the model of
 ``benchmarks.semidais_robust_regression``, d = 26, simulated), mini-batches of B = 256
 members, K = 8; the data set grows from 10³ to 10⁵ points. Each row times one jitted
-``svi.update`` (Adam) of: our ``AutoSemiDAIS`` with its defaults (per-member annealing
-parameters, as numpyro's default), ours with ``use_global_dais_params=True``, ours without
-the divergence report (its flag goes to the host every step), and numpyro's
-``AutoSemiDAIS`` with the same K (its defaults otherwise). Median of blocks of steps, the
-configurations taking turns block by block; ratios within one run.
+``svi.update`` (Adam) of: our ``AutoSemiDAIS`` with its defaults (the Laplace base, the
+control variate, one set of annealing parameters), ours with numpyro's base and without the
+control variate (``base='gaussian', control_variate=False``), ours with per-member annealing
+parameters (``use_global_dais_params=False``, numpyro's default), ours without the
+divergence report (its flag goes to the host every step), and numpyro's ``AutoSemiDAIS``
+with the same K (its defaults otherwise). Median of blocks of steps, the configurations
+taking turns block by block; ratios within one run.
 
 Run from the repository root: ``python -m benchmarks.semidais_steps [--quick|--smoke]``.
 """
@@ -40,8 +42,11 @@ SETTINGS = {
 }
 GUIDES = {
     "ours, defaults": lambda m, loc, g: AutoSemiDAIS(m, loc, g, K=K),
-    "ours, use_global_dais_params": lambda m, loc, g: AutoSemiDAIS(
-        m, loc, g, K=K, use_global_dais_params=True
+    "ours, base='gaussian', control_variate=False": lambda m, loc, g: AutoSemiDAIS(
+        m, loc, g, K=K, base="gaussian", control_variate=False
+    ),
+    "ours, use_global_dais_params=False": lambda m, loc, g: AutoSemiDAIS(
+        m, loc, g, K=K, use_global_dais_params=False
     ),
     "ours, report_divergences=False": lambda m, loc, g: AutoSemiDAIS(
         m, loc, g, K=K, report_divergences=False

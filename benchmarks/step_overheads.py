@@ -42,6 +42,10 @@ GUIDES = {
     "ours, report_divergences=False": lambda: AutoDAIS(model, K=K, report_divergences=False),
     "ours, laplace_init=False": lambda: AutoDAIS(model, K=K, laplace_init=False),
     "ours, both off": lambda: AutoDAIS(model, K=K, laplace_init=False, report_divergences=False),
+    "ours, sym_kl_weight=0": lambda: AutoDAIS(model, K=K, sym_kl_weight=0.0),
+    "ours, all three off": lambda: AutoDAIS(
+        model, K=K, laplace_init=False, report_divergences=False, sym_kl_weight=0.0
+    ),
 }
 
 

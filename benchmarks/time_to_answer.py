@@ -15,7 +15,8 @@ guesses ``num_steps``), then 4,000 draws. Cases:
   of 1,000 rows;
 * a centred normal hierarchy with 10 to 10⁴ groups (exact reference), where Semi-DAIS trains
   on mini-batches of 256 groups;
-* a pharmacokinetic ODE model (``benchmarks._ode_models``).
+* a pharmacokinetic ODE model, solved by RK4 in ``lax.scan`` and by ``odeint``
+  (``benchmarks._ode_models``; NUTS references in the same file).
 
 Run from the repository root: ``python -m benchmarks.time_to_answer [--quick | --smoke]
 [--cases a,b] [--methods x,y]``; ``--refs`` computes the missing NUTS references.
@@ -103,8 +104,19 @@ SETTINGS = {
 # -- cases ----------------------------------------------------------------------------------------
 
 
+def _to(dtype):
+    """Arrays to JAX arrays, their floating ones as ``dtype`` (indices stay integers)."""
+
+    def conv(a):
+        if not hasattr(a, "dtype"):
+            return a
+        return jnp.asarray(a, dtype if jnp.issubdtype(a.dtype, jnp.floating) else None)
+
+    return conv
+
+
 def _as_jax(args, kwargs):
-    conv = lambda a: jnp.asarray(a, jnp.float32) if isinstance(a, np.ndarray) else a  # noqa: E731
+    conv = _to(jnp.float32)
     return tuple(map(conv, args)), {k: conv(v) for k, v in kwargs.items()}
 
 
@@ -146,23 +158,27 @@ def _family_case(name, refs=None):
     )
 
 
-def _ode_case():
+def _ode_case(name):
     from benchmarks import _ode_models
 
-    model, args, kwargs, description = _ode_models.pk_rk4()
+    model, args, kwargs, description = _ode_models.BUILDERS[name.removeprefix("ode_")]()
     refs = load_references()
-    ref = refs["ode_pk"]
+    if name not in refs:
+        raise KeyError(f"no reference for {name}: run `python -m {MODULE} --refs`")
     return Case(
-        "ode_pk",
+        name,
         "ode",
         None,
         model,
         args,
         kwargs,
-        np.asarray(ref["mean"]),
-        np.asarray(ref["sd"]),
+        np.asarray(refs[name]["mean"]),
+        np.asarray(refs[name]["sd"]),
         description,
     )
+
+
+ODE_CASES = ("ode_rk4", "ode_odeint")
 
 
 def case_names():
@@ -172,7 +188,7 @@ def case_names():
         + list(FAMILY_MODELS)
         + [f"logistic_{n}" for n in LOGISTIC_ROWS]
         + [f"hierarchical_{n}" for n in HIER_GROUPS]
-        + ["ode_pk"]
+        + list(ODE_CASES)
     )
 
 
@@ -185,8 +201,8 @@ def load_case(name):
         return _scale_models.logistic(int(name.split("_")[1]), batch=SL_BATCH)
     if name.startswith("hierarchical_"):
         return _scale_models.hierarchical(int(name.split("_")[1]))
-    if name == "ode_pk":
-        return _ode_case()
+    if name in ODE_CASES:
+        return _ode_case(name)
     raise KeyError(name)
 
 
@@ -327,7 +343,7 @@ METHODS = {
         lambda c: c.family in ("real_models", "model_families"),
     ),
     "ours SL-DAIS": (_sldais, lambda c: c.subsampled is not None),
-    "AutoNormal, mini-batches": (_normal_minibatch, lambda c: c.subsampled is not None),
+    "AutoNormal (mini-batches)": (_normal_minibatch, lambda c: c.subsampled is not None),
     "ours Semi-DAIS": (_semidais, lambda c: c.semi is not None),
 }
 
@@ -394,14 +410,14 @@ def compute_references(names, path=REFERENCE_PATH):
     cache = {"models": load_references(path)}
     numpyro.enable_x64()
     for name in names:
-        if name == "ode_pk":
+        if name in ODE_CASES:
             from benchmarks import _ode_models
 
-            model, args, kwargs, _ = _ode_models.pk_rk4()
+            model, args, kwargs, _ = _ode_models.BUILDERS[name.removeprefix("ode_")]()
         else:
             model, args, _ = FAMILY_MODELS[name]()
             kwargs = {}
-        args = tuple(jnp.asarray(a, jnp.float64) if hasattr(a, "dtype") else a for a in args)
+        args = tuple(map(_to(jnp.float64), args))
         start = time.perf_counter()
         kernel = NUTS(model, target_accept_prob=0.9, init_strategy=init_to_median)
         mcmc = MCMC(kernel, num_warmup=1000, num_samples=2500, num_chains=4,
@@ -527,6 +543,10 @@ def parse(argv):
     parser.add_argument("--methods", default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--refs", action="store_true")
+    parser.add_argument("--report", action="store_true", help="rewrite the tables from the json")
+    parser.add_argument(
+        "--merge", action="store_true", help="keep the other (case, method) rows of the results"
+    )
     parser.add_argument("--child", nargs=4, default=None)
     args = parser.parse_args(argv)
     args.mode = "smoke" if args.smoke else "quick" if args.quick else "full"
@@ -541,18 +561,32 @@ def main(argv=None):
         print(json.dumps(run_one(case_name, method, SETTINGS[mode], int(seed))), flush=True)
         return
     if args.refs:
-        missing = [n for n in list(FAMILY_MODELS) + ["ode_pk"] if n not in load_references()]
+        missing = [n for n in list(FAMILY_MODELS) + list(ODE_CASES) if n not in load_references()]
         compute_references(missing)
         return
     cfg = SETTINGS[args.mode]
+    if args.report:
+        name = output_name(NAME, args.mode)
+        rows, cases, methods = merged(
+            json.loads((args.out_dir / f"{name}.json").read_text()), [], []
+        )
+        body = report(rows, cases, methods, args, name)
+        print(f"wrote {write_results(args.out_dir, NAME, args.mode, TITLE, MODULE, body)}")
+        return
     cases = args.cases.split(",") if args.cases else list(cfg["cases"] or case_names())
     methods = args.methods.split(",") if args.methods else list(cfg["methods"] or METHODS)
     sw = Stopwatch()
+    name = output_name(NAME, args.mode)
+    # the rows so far, one JSON line each: an interrupted run resumes with --merge
+    partial = args.out_dir / f".{name}.partial.jsonl"
     rows = []
+    if args.merge and partial.exists():
+        rows = [json.loads(line) for line in partial.read_text().splitlines() if line]
+    done = {(r["case"], r["method"]) for r in rows}
     for c in cases:
         case = load_case(c)
         for m in methods:
-            if not METHODS[m][1](case):
+            if not METHODS[m][1](case) or (c, m) in done:
                 continue
             with sw.lap(c):
                 if args.mode == "smoke":
@@ -560,12 +594,30 @@ def main(argv=None):
                 else:
                     row = run_in_child(c, m, args.mode, args.seed, cfg["timeout"])
             rows.append(row)
+            with partial.open("a") as f:
+                f.write(json.dumps(row) + "\n")
             print(f"{c:28s} {m:26s} {_cell(row)}", flush=True)
-    name = output_name(NAME, args.mode)
-    (args.out_dir / f"{name}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    json_path = args.out_dir / f"{name}.json"
+    if args.merge and json_path.exists():
+        rows, cases, methods = merged(json.loads(json_path.read_text()), rows, methods)
+    json_path.write_text(json.dumps(rows, indent=1) + "\n")
     body = report(rows, cases, methods, args, name)
     path = write_results(args.out_dir, NAME, args.mode, TITLE, MODULE, body, sw)
+    partial.unlink(missing_ok=True)
     print(f"wrote {path}")
+
+
+def merged(old, new, methods):
+    """``old`` rows updated by ``new`` (by case and method): ``(rows, cases, methods)`` in the
+    tables' order, for a benchmark run in several parts."""
+    by = {(r["case"], r["method"]): r for r in old}
+    by.update({(r["case"], r["method"]): r for r in new})
+    order = {c: i for i, c in enumerate(case_names())}
+    known = list(METHODS) + [m for m in methods if m not in METHODS]
+    rows = sorted(by.values(), key=lambda r: (order.get(r["case"], 1e9), known.index(r["method"])))
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    methods = [m for m in known if any(r["method"] == m for r in rows)]
+    return rows, cases, methods
 
 
 def report(rows, cases, methods, args, name):
@@ -582,21 +634,30 @@ def report(rows, cases, methods, args, name):
         "`importance` draws after the same fit. NUTS: `MCMC(NUTS(model), num_warmup="
         f"{SETTINGS[args.mode]['nuts'][0]}, num_samples={SETTINGS[args.mode]['nuts'][1]}, "
         "num_chains=4 or 1)` at numpyro's defaults (on one CPU device the 4 chains run one "
-        "after the other).",
+        "after the other). Rows of several runs are merged (`--merge`); the command above "
+        "is the last one's.",
     ]
     for family, names in families.items():
         sections.append(f"## {family}\n\n{results_table(rows, names, methods)}")
     small = [c for f in ("real_models", "model_families") for c in families.get(f, [])]
     lines = []
     for ours in ("ours AutoDAIS", "ours AutoDAIS K=8 N=8"):
-        r = ratios(rows, small, ours)
-        if r:
-            finite = [v for v in r.values() if math.isfinite(v)]
+        for nuts in ("NUTS 4×", "NUTS 1×"):
+            r = ratios(rows, small, ours, nuts)
+            if not r:
+                continue
+            both = sorted(v for v in r.values() if math.isfinite(v))
             worst = max(r, key=r.get)
             lines.append(
-                f"* {ours} / NUTS 4×, time to a right answer, over {len(r)} small models "
-                f"where NUTS got it: median {statistics.median(r.values()):.2f}, worst "
-                f"{r[worst]:.2f} ({worst}); ours right on {len(finite)} of {len(r)}"
+                f"* {ours} / {nuts}, time to a right answer, over the {len(r)} small models "
+                f"where {nuts} got it: median {statistics.median(r.values()):.2f}, worst "
+                f"{r[worst]:.2f} ({worst}); ours right on {len(both)} of {len(r)}"
+                + (
+                    f", and there {both[0]:.2f}–{both[-1]:.2f} (median "
+                    f"{statistics.median(both):.2f})"
+                    if both
+                    else ""
+                )
             )
     for family, sizes, ours in (
         ("logistic", LOGISTIC_ROWS, "ours SL-DAIS"),
@@ -604,7 +665,18 @@ def report(rows, cases, methods, args, name):
     ):
         if family in families:
             x = crossover(rows, family, sizes, ours)
-            lines.append(f"* {ours} sooner than NUTS 4× from: {x if x else 'never'}")
+            by = {(r["case"], r["method"]): r for r in rows}
+            per_size = []
+            for n in sizes:
+                a, b = by.get((f"{family}_{n}", ours)), by.get((f"{family}_{n}", "NUTS 4×"))
+                if a is not None and b is not None:
+                    t_ours, t_nuts = _best(a)[0], _best(b)[0]
+                    ratio = f"{t_nuts / t_ours:.2f}" if math.isfinite(t_ours) else "ours ✗"
+                    per_size.append(f"{n:,}: {ratio}")
+            lines.append(
+                f"* {ours} sooner than NUTS 4× from: {x if x else 'never'}; NUTS 4× time / "
+                f"ours by size: {', '.join(per_size) or 'not run'}"
+            )
     if any(c.startswith(("logistic", "hierarchical")) for c in cases):
         fig = args.out_dir / f"{name}_scale.png"
         scale_figure(rows, fig, methods)

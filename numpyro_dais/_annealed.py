@@ -83,6 +83,8 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         cls._options = option_names(cls.defaults)
         if "__init__" in cls.__dict__:
             cls.__init__.__signature__ = signature(cls.__init__, cls.defaults)
+            if cls.__init__.__doc__ is None:  # not the private adapter's, under help()
+                cls.__init__.__doc__ = f"Build the guide: the options are {cls.__name__}'s."
 
     def __init__(self, model, target, annealing: Annealing, resampling: Resampling | None = None):
         """``target``: a :mod:`numpyro_dais.targets` object; ``annealing``, ``resampling``:

@@ -10,6 +10,8 @@ Reference: Jankowiak & Phan (2022), "Surrogate likelihoods for variational annea
 importance sampling", §7.6 and appendix A.1.
 """
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,8 +23,12 @@ from numpyro_dais import _numpyro, _sampling
 from numpyro_dais import _semidais_sites as sites
 from numpyro_dais._checks import check_batch_size, check_positive_int
 from numpyro_dais._compile import annealing_runs
-from numpyro_dais._vectorise import map_chunks
+from numpyro_dais._vectorise import map_batched, map_chunks
 from numpyro_dais.results import LogEvidence
+
+#: Draws are run in slices of about this many members' chains (``max(4, this / members)``
+#: draws at a time): one vmap over every draw at once is memory-bound on a CPU.
+DRAW_CHAINS = 16384
 
 
 class SemiDAISQueries:
@@ -53,12 +59,13 @@ class SemiDAISQueries:
 
         def one(key):
             fixed = {**params, self._layout.plate: idx}
-            with handlers.trace() as tr, handlers.seed(rng_seed=key):
+            with handlers.trace() as tr, handlers.seed(rng_seed=key), self._query():
                 with handlers.substitute(data=fixed), sites.substituted_plates():
                     self(*args, **kwargs)
             return {k: s["value"] for k, s in tr.items() if s["type"] == "sample" and k in names}
 
-        return jax.vmap(one)(keys)
+        chunk = max(4, DRAW_CHAINS // max(int(idx.shape[0]), 1))
+        return map_batched(one, keys, chunk)
 
     def log_evidence(
         self, rng_key, params, *args, num_particles=1000, batch_size=None, **kwargs
@@ -92,6 +99,15 @@ class SemiDAISQueries:
         weights_of = lambda key, n: jax.vmap(weight)(jax.random.split(key, n))
         log_w = map_chunks(weights_of, rng_key, num_particles, batch_size)
         return _sampling.evidence_of(log_w)
+
+    @contextlib.contextmanager
+    def _query(self):
+        """A guide run for a query, not a training step: no control variate."""
+        before, self._querying = self._querying, True
+        try:
+            yield
+        finally:
+            self._querying = before
 
     def _set_up_with(self, rng_key, params, args, kwargs):
         with handlers.seed(rng_seed=rng_key), handlers.substitute(data=params):

@@ -261,6 +261,33 @@ def member_target(log_density, operands):
     return target
 
 
+def float_vector(tree):
+    """``(theta, rebuild)``: the float array leaves of ``tree`` raveled into one vector, and
+    ``theta -> tree`` with those leaves replaced (the other leaves kept)."""
+    leaves, treedef = jax.tree.flatten(tree)
+    dynamic = [_is_float_array(x) for x in leaves]
+    floats = [jnp.ravel(x) for x, d in zip(leaves, dynamic, strict=True) if d]
+    theta = jnp.concatenate(floats) if floats else jnp.zeros(0)
+
+    def rebuild(theta):
+        out, start = [], 0
+        for x, d in zip(leaves, dynamic, strict=True):
+            if d:
+                size = int(np.prod(jnp.shape(x), dtype=int))
+                out.append(jnp.reshape(theta[start : start + size], jnp.shape(x)))
+                start += size
+            else:
+                out.append(x)
+        return treedef.unflatten(out)
+
+    return theta, rebuild
+
+
+def stop_float_gradients(tree):
+    """``tree`` with no gradient through its float array leaves (other leaves as they are)."""
+    return jax.tree.map(lambda x: jax.lax.stop_gradient(x) if _is_float_array(x) else x, tree)
+
+
 def _is_float_array(x) -> bool:
     return isinstance(x, jax.Array | np.ndarray | float) and jnp.issubdtype(
         jnp.result_type(x), jnp.inexact
@@ -304,3 +331,39 @@ def member_curvatures(local_model, local_args, local_kwargs, trace, lay, idx, u,
     return curvature.forward_or_reverse(
         lambda forward: np.asarray(jax.jit(lams, static_argnums=1)(jnp.asarray(u), forward))
     )
+
+
+class Chains(NamedTuple):
+    """The members' chains, ``P`` particles each: start ``z0 (B, P, D)`` and
+    ``log_q0_z0 (B, P)``, end ``z (B, P, D)``, ``log_w (B, P)`` (``-inf`` where diverged)
+    and its final term ``log_final (B, P)`` (``ℓ_n(z_K)``; 0 with one particle, whose
+    weight leaves it to the model)."""
+
+    z0: jax.Array
+    log_q0_z0: jax.Array
+    z: jax.Array
+    log_w: jax.Array
+    log_final: jax.Array
+
+
+def member_terms(rng_key, chains: Chains):
+    """Each member's emitted end point ``(B, D)``, its weight without ``ℓ_n`` there
+    ``(B,)`` (the model's own term supplies it), and the diverged particles ``(B, P)``.
+
+    With ``P`` particles the member's term is ``log (1/P) Σ_i w_i`` (an importance-weighted
+    bound of ``p(x_n | θ)``), emitted at one particle drawn by its weight (no gradient
+    through the draw), whose ``ℓ_n`` cancels against the model's. A diverged particle has
+    weight 0; a member whose particles all diverged keeps its first start, ``z_0``, for this
+    step, and its term is the ``K = 0`` bound (finite loss, finite gradients)."""
+    bad = ~jnp.isfinite(chains.log_w)
+    lost = jnp.all(bad, axis=-1)
+    if chains.log_w.shape[-1] == 1:
+        j = jnp.zeros(bad.shape[:1], jnp.int32)
+    else:
+        logits = jax.lax.stop_gradient(jnp.where(lost[:, None], 0.0, chains.log_w))
+        j = jax.random.categorical(rng_key, logits)
+    pick = lambda a: jnp.take_along_axis(a, j.reshape((-1,) + (1,) * (a.ndim - 1)), 1)[:, 0]
+    z = jnp.where(lost[:, None], chains.z0[:, 0], pick(chains.z))
+    safe = jnp.where(lost[:, None], 0.0, chains.log_w)  # no NaN gradients where all are lost
+    log_w = weights.log_mean_exp(safe, axis=-1) - pick(chains.log_final)
+    return z, jnp.where(lost, -chains.log_q0_z0[:, 0], log_w), bad

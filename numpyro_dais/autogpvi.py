@@ -152,6 +152,7 @@ class AutoGPVI(ContinuousGuide):
         mesh=None,
         method=None,
     ):
+        """Build the guide: the options are AutoGPVI's."""
         if method is not None:
             warnings.warn(
                 "AutoGPVI's `method` is now `algorithm` (sample_posterior's `method` means "

@@ -15,8 +15,6 @@ inference via uncorrected Hamiltonian annealing"; Geffner & Domke (2022), "Varia
 inference with locally enhanced bounds for hierarchical models".
 """
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 import numpyro
@@ -26,6 +24,8 @@ from numpyro.distributions import constraints
 from numpyro.infer.initialization import init_to_uniform
 
 from numpyro_dais import _numpyro, _objective
+from numpyro_dais import _semidais_cv as cv
+from numpyro_dais import _semidais_laplace as laplace
 from numpyro_dais import _semidais_sites as sites
 from numpyro_dais._checks import check_positive_float, check_positive_int, check_step_sizes
 from numpyro_dais._reporting import report_diverged
@@ -45,39 +45,54 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
     Semi-DAIS bound (value and gradient), with the plate subsampled or not.
 
     A drop-in for numpyro's ``AutoSemiDAIS`` (same arguments and meaning) plus
-    ``num_particles``, ``kernel`` and ``report_divergences``.
+    ``num_particles``, ``kernel``, ``report_divergences``, ``base`` and
+    ``control_variate``. Two defaults differ from numpyro's: ``K = 8`` and
+    ``use_global_dais_params=True``.
+
+    By default (``base='auto'``, up to :data:`~numpyro_dais._semidais_setup.LAPLACE_MAX_DIM`
+    local coordinates per member) each member's base ``q0`` is its local Laplace
+    approximation given the drawn globals: one Newton step on ``ℓ_n(·; θ)`` from the member's
+    expansion point, scales from the curvature there times one learnt factor per coordinate
+    (:mod:`numpyro_dais._semidais_laplace`). The base follows ``θ``, so the chains' gap does
+    not grow as ``θ`` moves away from the centre (which narrows ``q(θ)`` when it does), and
+    it needs no per-member training, which a member visited once every ``N / B`` steps does
+    not get. ``svi.init`` fits the globals by the nested Laplace approximation (the local
+    latents integrated out member by member) and starts an ``AutoNormal`` global guide
+    there, and every member's expansion point at its local mode. The mini-batch sum over the
+    members carries a control variate (:mod:`numpyro_dais._semidais_cv`) that removes the
+    spread between members from the loss and its gradient.
 
     :param model: a NumPyro model with global latents outside one local plate and local
         latents inside it.
     :param local_model: the part of ``model`` holding the local plate; called as
         ``local_model(global_model(*args, **kwargs))`` when there is a global guide, else as
-        ``local_model(*args, **kwargs)``.
+        ``local_model(*args, **kwargs)``. ``None`` builds the guide, as numpyro's signature
+        allows (``AutoGuideList`` then refuses it), and fails at its first call.
     :param global_guide: a guide of the global latents (e.g. ``AutoNormal(global_model)``);
         ``global_guide.model`` is the global model. ``None`` only for a model without
-        global latents.
+        global latents. An ``AutoNormal`` starts at the nested Laplace fit (Laplace base);
+        other guides start at their own initial values.
     :param local_guide: an amortised base ``q0`` of the local latents (e.g. an encoder):
         a guide taking ``local_model``'s arguments whose local sites are Normal in
         unconstrained space (``dist.Normal``, or ``AutoNormal``'s transformed Normal).
-        ``None``: a learnt diagonal Gaussian per member (``{prefix}_z_0_loc``,
-        ``{prefix}_z_0_scale``, shape ``(N, D)``).
-    :param int K: transitions per chain. 8 by default (numpyro's is 4): on a conjugate
-        model whose local posteriors shift with the globals, ``q(θ)``'s sd came out 0.79 of
-        the exact one with K = 4 and 0.91 with K = 8 (each chain's start does not follow
-        θ, so its gap grows away from the centre and narrows ``q(θ)``; more transitions
-        close it, as does a ``local_guide`` that takes the globals).
+        ``None``: the base of ``base``.
+    :param int K: transitions per chain. 8 by default (numpyro's is 4).
     :param float eta_init: initial step size; ``eta_max`` its cap. ``None`` (the default):
         ``eta_max = 1 / sqrt(λ)``, half the leapfrog's stability limit for the median over
-        the set-up batch's members of the largest curvature ``λ_n`` of their local log
-        densities at the model's prior medians (a typical point: the initial one is random,
-        and its curvature swung the cap tenfold between seeds); ``eta_init`` the smaller of
-        ``eta_max / 4`` and ``init_scale``. Stiffer members' steps are braked if they
+        members of the largest curvature ``λ_n`` of their local log densities, at their
+        local modes with the Laplace base, else over the set-up batch at the model's prior
+        medians (a typical point: the initial one is random, and its curvature swung the
+        cap tenfold between seeds); ``eta_init`` is ``eta_max / 4``, with the learnt
+        Gaussian base at most ``init_scale``. Stiffer members' steps are braked if they
         diverge. numpyro's defaults are 0.01 and 0.1.
     :param float gamma_init: initial momentum damping ``γ`` in (0, 1).
-    :param float init_scale: initial scale of ``q0`` (without ``local_guide``).
+    :param float init_scale: initial scale of the learnt Gaussian base (``base='gaussian'``).
     :param str subsample_plate: name of the local plate; needed when no plate subsamples
         and the model has several plates.
     :param bool use_global_dais_params: one set of annealing parameters for all members
-        (``True``) or one per member of the full plate (``False``, the default).
+        (``True``, the default: trained on every step by the whole batch, and a step whose
+        cost does not grow with ``N``) or one per member of the full plate (``False``,
+        numpyro's default).
     :param int num_particles: chains per member ``P``: the member's term is
         ``log (1/P) Σ_i w_{n,i}``, a tighter bound of ``log p(x_n | θ)`` (IWAE per member; the
         bound stays unbiased under subsampling), and the local draws are resampled by those
@@ -90,6 +105,18 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
         when chains diverged. A diverged chain always falls back to its start for that step
         (its term is the ``K = 0`` bound, ``log p(x_n, z_0 | θ) − log q0(z_0)``) and its
         step sizes are pushed down (:func:`numpyro_dais._objective.divergence_brake`).
+    :param str base: the members' base without a ``local_guide``: ``"laplace"`` (above;
+        ``{prefix}_z_0_loc (N, D)`` the expansion points, fixed at the set-up's local modes
+        when its fit converged, ``{prefix}_z_0_scale (D,)`` the learnt factor), ``"gaussian"``
+        (numpyro's: a learnt diagonal Gaussian per member, ``{prefix}_z_0_loc`` and
+        ``{prefix}_z_0_scale`` of shape ``(N, D)``, started at 0 and ``init_scale``), or
+        ``"auto"`` (the default: ``"laplace"`` up to ``LAPLACE_MAX_DIM`` coordinates per
+        member, whose curvature costs ``D`` Hessian-vector products of the batch per step,
+        else ``"gaussian"``).
+    :param bool control_variate: carry the control variate of the mini-batch sum when the
+        plate subsamples (default ``True``). Its fits are numpyro mutable state, which
+        ``SVI`` carries with ``Trace_ELBO`` or ``TraceMeanField_ELBO`` at
+        ``num_particles=1``; pass ``False`` for other ELBOs.
     """
 
     def __init__(
@@ -104,14 +131,22 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
         gamma_init=0.9,
         init_scale=0.1,
         subsample_plate=None,
-        use_global_dais_params=False,
+        use_global_dais_params=True,
         *,
         num_particles=1,
         kernel="hmc",
         prefix="auto",
         forward_mode_differentiation=False,
         report_divergences=True,
+        base="auto",
+        control_variate=True,
     ):
+        """Build the guide: the options are AutoSemiDAIS's."""
+        if base not in ("auto", "laplace", "gaussian"):
+            raise ValueError(f"`base` must be 'auto', 'laplace' or 'gaussian', got {base!r}.")
+        self.base = base
+        self.control_variate = bool(control_variate)
+        self._querying = False
         self.report_divergences = bool(report_divergences)
         self.K = check_positive_int("K", K)
         self.num_particles = check_positive_int("num_particles", num_particles)
@@ -119,7 +154,7 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
         if not 0 < gamma_init < 1:
             raise ValueError(f"`gamma_init` must lie in (0, 1), got {gamma_init!r}.")
         self.init_scale = check_positive_float("init_scale", init_scale)
-        if not callable(local_model):
+        if local_model is not None and not callable(local_model):
             raise TypeError("`local_model` must be the callable part of `model` with the plate.")
         if global_guide is not None and not hasattr(global_guide, "model"):
             raise TypeError(
@@ -145,6 +180,14 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
 
     # -- the guide ------------------------------------------------------------------------
 
+    def _set_up_once(self, args, kwargs):
+        if self.local_model is None:  # numpyro's signature builds without it; nothing runs
+            raise ValueError(
+                "AutoSemiDAIS needs `local_model`, the callable part of `model` that holds the "
+                "local plate, e.g. AutoSemiDAIS(model, local_model, AutoNormal(global_model))."
+            )
+        super()._set_up_once(args, kwargs)
+
     def __call__(self, *args, **kwargs):
         self._set_up_once(args, kwargs)
         global_latents, local_args, local_kwargs = self._globals(args, kwargs)
@@ -154,7 +197,8 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
         """Draws of the global guide, and the local model's arguments given them."""
         if self.global_guide is None:
             return {}, args, dict(kwargs)
-        latents = self.global_guide(*args, **kwargs)
+        with handlers.substitute(data=self._global_start()):  # initial values only
+            latents = self.global_guide(*args, **kwargs)
         with handlers.block(), handlers.substitute(data=latents):
             out = self.global_guide.model(*args, **kwargs)
         return latents, (out,), {}
@@ -197,13 +241,24 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
     def _base(self, idx, local_args, local_kwargs) -> gaussian.Gaussian:
         """``q0`` of each member: ``loc``, ``scale`` of shape ``(B, D)``."""
         lay, p = self._layout, self.prefix
+        if self._laplace_base:
+            # expansion points at the set-up's local modes, kept there (the Newton step
+            # follows θ); one learnt factor of the Laplace scales, shared by the members
+            start = self._start
+            shape = (lay.size, lay.D)
+            loc0 = jnp.zeros(shape) if start is None else jnp.asarray(start.member_loc)
+            loc = numpyro.param(f"{p}_z_0_loc", loc0)[idx]
+            if start is not None:
+                loc = jax.lax.stop_gradient(loc)
+            scale = numpyro.param(
+                f"{p}_z_0_scale", jnp.ones(lay.D), constraint=constraints.positive
+            )
+            return gaussian.Gaussian(loc, jnp.broadcast_to(scale, loc.shape))
         if self.local_guide is None:
             shape = (lay.size, lay.D)
             loc = numpyro.param(f"{p}_z_0_loc", jnp.zeros(shape))
             scale = numpyro.param(
-                f"{p}_z_0_scale",
-                jnp.full(shape, self.init_scale),
-                constraint=constraints.positive,
+                f"{p}_z_0_scale", jnp.full(shape, self.init_scale), constraint=constraints.positive
             )
             return gaussian.Gaussian(loc[idx], scale[idx])
         key = numpyro.prng_key()
@@ -236,8 +291,9 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
         q0, anneal = weights.zero_nonfinite_grads((q0, anneal))
         with plate:
             members = self._compiled(self._members)
-            z, log_w, bad = members.run_for(
-                self.K, numpyro.prng_key(), q0, anneal, idx, params, local_args, local_kwargs
+            fits = self.control_variate and idx.shape[0] < lay.size and not self._querying
+            z, log_w, bad, stats = members.run_for(
+                self.K, numpyro.prng_key(), q0, anneal, idx, params, local_args, local_kwargs, fits
             )
             values, log_det = sites.constrain(self.prototype_trace, lay, z)
             result = {}
@@ -250,8 +306,14 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
             log_w = log_w + jax.vmap(_objective.divergence_brake)(step_sizes, fraction)
             if self.report_divergences:  # adds 0.0: the loss keeps the check in the program
                 log_w = log_w + self._report(bad)
+            if fits:
+                operands = (local_args, local_kwargs, params)
+                c, total = cv.control_variate(self.prefix, lay.size, idx, stats, operands)
+                log_w = log_w - c
             log_w = jnp.reshape(log_w, (-1,) + (1,) * (-lay.dim - 1))
             _numpyro.emit_log_weight(f"{self.prefix}_local_dais_factor", -log_w)
+        if fits:
+            _numpyro.emit_log_weight(f"{self.prefix}_control_variate_total", -total)
         return result
 
     def _report(self, diverged):
@@ -262,14 +324,27 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
         name = type(self).__name__
         return report_diverged(name, jnp.sum(diverged), diverged.size, info, fell_back=True)
 
-    def _members(self, rng_key, q0, anneal, idx, params, local_args, local_kwargs):
-        """:func:`member_terms` of the batch's chains (:meth:`_chains`): a pure function,
-        compiled as one program (:meth:`_compiled`), so that a call of the guide outside
-        ``jit`` (``svi.init``, ``Predictive``, ``sample_posterior``) runs it whole instead of
+    def _members(self, rng_key, q0, anneal, idx, params, local_args, local_kwargs, fits=False):
+        """:func:`~numpyro_dais._semidais_sites.member_terms` of the batch's chains
+        (:meth:`_chains`), and with ``fits`` the control variate's fits of the batch's terms
+        (:func:`~numpyro_dais._semidais_cv.statistics`): a pure function, compiled as one
+        program (:meth:`_compiled`), so that a call of the guide outside ``jit``
+        (``svi.init``, ``Predictive``, ``sample_posterior``) runs it whole instead of
         operation by operation, each operation compiled on its own."""
         chain_key, select_key = jax.random.split(rng_key)
-        out = self._chains(chain_key, q0, anneal, idx, params, local_args, local_kwargs)
-        return member_terms(select_key, out)
+        out, loc = self._chains(chain_key, q0, anneal, idx, params, local_args, local_kwargs)
+        z, log_w, bad = sites.member_terms(select_key, out)
+        if not fits:
+            return z, log_w, bad, None
+        lay, trace, model = self._layout, self.prototype_trace, self.local_model
+
+        def log_density(U, operands):
+            args, kwargs, params = operands
+            return sites.member_log_density(model, args, kwargs, trace, lay, idx, params, U)
+
+        operands = (local_args, local_kwargs, params)
+        stats = cv.statistics(log_density, operands, z, log_w, loc)
+        return z, log_w, bad, stats
 
     def _chains(self, rng_key, q0, anneal, idx, params, local_args, local_kwargs):
         """``num_particles`` DAIS chains per member (:func:`numpyro_dais.engine.dais.run`,
@@ -287,47 +362,18 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
         log_dynamics = sites.member_target(log_density, (local_args, local_kwargs, params))
         target = dais.Target(log_dynamics, dais.omit_final if P == 1 else None)
 
+        if self._laplace_base:
+            operands = (local_args, local_kwargs, params)
+            loc, scale = laplace.base(log_density, operands, q0.loc, q0.scale, self._curvature)
+            q0 = gaussian.Gaussian(loc, scale)
+
         def chain(key, loc, scale, anneal_n):
             q0_n = gaussian.Gaussian(loc, scale)
             out = dais.run(key, q0_n, target, anneal_n, P, kernel=self._kernel)
             log_q0_z0 = gaussian.log_prob(q0_n, out.z0)
-            return Chains(out.z0, log_q0_z0, out.z, out.log_weights, out.log_final_target)
+            chains = sites.Chains(out.z0, log_q0_z0, out.z, out.log_weights, out.log_final_target)
+            return chains, loc
 
         keys = jax.random.split(rng_key, B)
-        return jax.vmap(chain, axis_name=sites.MEMBERS)(keys, q0.loc, q0.scale, anneal)
-
-
-class Chains(NamedTuple):
-    """The members' chains, ``P`` particles each: start ``z0 (B, P, D)`` and
-    ``log_q0_z0 (B, P)``, end ``z (B, P, D)``, ``log_w (B, P)`` (``-inf`` where diverged)
-    and its final term ``log_final (B, P)`` (``ℓ_n(z_K)``; 0 with one particle, whose
-    weight leaves it to the model)."""
-
-    z0: jax.Array
-    log_q0_z0: jax.Array
-    z: jax.Array
-    log_w: jax.Array
-    log_final: jax.Array
-
-
-def member_terms(rng_key, chains: Chains):
-    """Each member's emitted end point ``(B, D)``, its weight without ``ℓ_n`` there
-    ``(B,)`` (the model's own term supplies it), and the diverged particles ``(B, P)``.
-
-    With ``P`` particles the member's term is ``log (1/P) Σ_i w_i`` (an importance-weighted
-    bound of ``p(x_n | θ)``), emitted at one particle drawn by its weight (no gradient
-    through the draw), whose ``ℓ_n`` cancels against the model's. A diverged particle has
-    weight 0; a member whose particles all diverged keeps its first start, ``z_0``, for this
-    step, and its term is the ``K = 0`` bound (finite loss, finite gradients)."""
-    bad = ~jnp.isfinite(chains.log_w)
-    lost = jnp.all(bad, axis=-1)
-    if chains.log_w.shape[-1] == 1:
-        j = jnp.zeros(bad.shape[:1], jnp.int32)
-    else:
-        logits = jax.lax.stop_gradient(jnp.where(lost[:, None], 0.0, chains.log_w))
-        j = jax.random.categorical(rng_key, logits)
-    pick = lambda a: jnp.take_along_axis(a, j.reshape((-1,) + (1,) * (a.ndim - 1)), 1)[:, 0]
-    z = jnp.where(lost[:, None], chains.z0[:, 0], pick(chains.z))
-    safe = jnp.where(lost[:, None], 0.0, chains.log_w)  # no NaN gradients where all are lost
-    log_w = weights.log_mean_exp(safe, axis=-1) - pick(chains.log_final)
-    return z, jnp.where(lost, -chains.log_q0_z0[:, 0], log_w), bad
+        out, loc = jax.vmap(chain, axis_name=sites.MEMBERS)(keys, q0.loc, q0.scale, anneal)
+        return out, loc

@@ -34,6 +34,7 @@ SCRIPTS = [
     "scaling_devices",
     "sldais_scaling",
     "sldais_vs_dais",
+    "time_to_answer",
 ]
 #: scripts whose results are tables only
 NO_FIGURE = {
@@ -74,6 +75,7 @@ EXPECTED = {
         "results > 1 sd off with no warning from our guide",
         "## NUTS references",
     ),
+    "time_to_answer": ("| logistic_1000 |", "## Summary", "A right answer: every latent"),
     "sldais_vs_dais": ("## breast-cancer", "| SL-DAIS K=8 |", "surrogate loss"),
     "gpvi_open_set": (
         "| GPVI (helper) |",

@@ -122,3 +122,18 @@ print(json.dumps({"file": numpyro_dais.__file__, "all": numpyro_dais.__all__,
     assert not info["missing"]
     assert {"AutoDAIS", "to_inference_data", "plot_ess", "transition_params"} <= set(info["all"])
     assert Path(purelib, "numpyro_dais", "py.typed").exists()
+
+
+def test_help_of_every_public_guide_shows_its_own_docstrings():
+    # help(AutoDAIS) once showed the private adapter's __init__ docstring
+    import pydoc
+
+    import numpyro_dais
+
+    guides = [getattr(numpyro_dais, n) for n in numpyro_dais.__all__ if n.startswith("Auto")]
+    assert len(guides) >= 6
+    for cls in guides:
+        text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+        init = text[text.index("__init__(self") :].split("\n |  \n", 1)[0]
+        assert f"the options are {cls.__name__}'s" in init, (cls.__name__, init[-300:])
+        assert cls.__doc__.strip().split()[0] in text

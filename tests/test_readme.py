@@ -22,7 +22,15 @@ def test_the_top_screen_is_a_users():
     """Install, a fit, the guides, ArviZ and the documentation come before the development
     set-up, and the two commands are there."""
     headings = re.findall(r"^## (.+)$", README, flags=re.MULTILINE)
-    order = ["Install", "A first fit", "The guides", "ArviZ", "Caveats", "Documentation"]
+    order = [
+        "Install",
+        "A first fit",
+        "The guides",
+        "Queries of a trained guide",
+        "ArviZ",
+        "Caveats",
+        "Documentation",
+    ]
     assert headings[: len(order)] == order, headings
     for command in ("python dev.py quickstart", "python dev.py test", "python dev.py test --fast"):
         assert command in README, command
@@ -48,7 +56,11 @@ def test_snippets_run_as_they_stand():
     """The first fit, the further queries and the ArviZ export, executed in order in one
     namespace, as written but shorter (below)."""
     pytest.importorskip("arviz")
-    blocks = _python_blocks("A first fit") + _python_blocks("ArviZ")
+    blocks = [
+        *_python_blocks("A first fit"),
+        *_python_blocks("Queries of a trained guide"),
+        *_python_blocks("ArviZ"),
+    ]
     assert len(blocks) == 3
     assert "def model" in blocks[0] and "X =" in blocks[0] and "y =" in blocks[0]
     assert len(blocks[0].strip().splitlines()) <= 25
