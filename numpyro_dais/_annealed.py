@@ -194,6 +194,19 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         setup = _setup.set_up(self, args, kwargs, params)
         self._affine_start, self._step_bounds, self.curvature = setup[:3]
         self.refinement = setup.refined
+        if self._target.control_variate:
+            self._target.linearise(setup.linear)
+
+    def _linearises(self) -> bool:
+        """Whether the set-up keeps the full-data log joint's value and gradient at its mode
+        for the target's control variate: a target that takes one, on a model with no
+        ``numpyro.param`` sites and no sites hidden from it (both would change that log
+        joint after set-up, and bias the control variate)."""
+        return (
+            self._target.control_variate
+            and not self._model_param_sites
+            and not self._view.hidden_sites
+        )
 
     def _on_dynamics(self, fn, args, kwargs, params, key, *operands, runs=SET_UP_RUNS):
         """``fn(dynamics, start, *operands)`` for the dynamics' log density on this call's
@@ -289,7 +302,9 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
 
     def _params_from(self, params) -> Fitted:
         """The :class:`Fitted` parameters in an SVI ``params`` dict, checked first."""
-        self._check_params(params, lambda: (self._guide_params(), self._model_params()))
+        # the control variate's sites: for training only (params saved without them draw)
+        make = lambda: (self._guide_params(), self._model_params())  # noqa: E731
+        self._check_params(params, make, self._target.control_variate_names)
         q0, anneal, affine = self._substituted(self._guide_params, params)
         return Fitted(q0, anneal, affine, self._model_params_from(params))
 
@@ -320,6 +335,11 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
     def _read_params(self, args, kwargs) -> Fitted:
         params = self._model_params()
         self._set_up_from_curvature(args, kwargs, params)
+        # the target's sites that its set-up creates (a control variate's linearisation)
+        added = {k: v for k, v in self._target.param_sites().items() if k not in params}
+        params.update(
+            {name: numpyro.param(name, value, **kw) for name, (value, kw) in added.items()}
+        )
         return Fitted(*self._guide_params(), params)
 
     def _posterior_draw(self, rng_key, fitted, args, kwargs):
@@ -334,13 +354,12 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         # Open the subsample plates of the model that the loss runs, drawn in O(B) (numpyro
         # effects: not in `_bound`); the ELBO replays them into the model. With N > 1 the
         # bound's final term uses the batch too; with one particle the model's own term is
-        # the final term, and the plates only spare the model its slow draw, so they are
-        # opened only where the loss's model is known.
+        # the final term. Either way the target's control variate corrects the final term
+        # on these rows. The plates are opened only where the loss's model is known.
         loss_model = _numpyro.enclosing_loss_model()
         batch = None
         if self.num_particles > 1 or loss_model is not None:
-            opened = self._target.bound_batch(self._view, args, kwargs, loss_model)
-            batch = opened if self.num_particles > 1 else None
+            batch = self._target.bound_batch(self._view, args, kwargs, loss_model)
         fitted = Fitted(q0, anneal, fitted.affine, params)
         return _objective.LossCall(fitted, step_sizes, batch)
 

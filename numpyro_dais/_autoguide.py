@@ -157,10 +157,10 @@ class ContinuousGuide(GuideTemplate, CompiledPrograms, _numpyro.AutoContinuousBr
                 "with the same data, then pass the saved params."
             )
 
-    def _check_params(self, params, make_params):
-        """Every parameter that ``make_params()`` creates must be in ``params`` with its
-        shape: a ``KeyError`` names the missing ones (as numpyro's guides raise), a
-        ``ValueError`` the mis-shaped ones."""
+    def _check_params(self, params, make_params, optional=()):
+        """Every parameter that ``make_params()`` creates, but those named in ``optional``,
+        must be in ``params`` with its shape: a ``KeyError`` names the missing ones (as
+        numpyro's guides raise), a ``ValueError`` the mis-shaped ones."""
         self._check_set_up()
 
         def initial_values():
@@ -174,7 +174,7 @@ class ContinuousGuide(GuideTemplate, CompiledPrograms, _numpyro.AutoContinuousBr
             shapes = jax.eval_shape(initial_values)
             self.__dict__[attr] = {k: v.shape for k, v in shapes.items()}
         expected = self.__dict__[attr]
-        missing = sorted(k for k in expected if k not in params)
+        missing = sorted(k for k in expected if k not in params and k not in optional)
         if missing:
             raise KeyError(
                 f"{type(self).__name__}: params lack {missing}. Pass the params this guide "
@@ -184,7 +184,7 @@ class ContinuousGuide(GuideTemplate, CompiledPrograms, _numpyro.AutoContinuousBr
         wrong = {
             k: (jnp.shape(params[k]), shape)
             for k, shape in expected.items()
-            if jnp.shape(params[k]) != shape
+            if k in params and jnp.shape(params[k]) != shape
         }
         if wrong:
             raise ValueError(

@@ -17,7 +17,8 @@ from numpyro_dais.engine import dais0, gaussian
 class LossCall(NamedTuple):
     """What a training call of an annealed guide hands its loss term: the ``fitted``
     parameters (non-finite gradients zeroed), the step sizes before that guard (for the
-    divergence brake) and the mini-batch opened for the bound (``None``: the model's own)."""
+    divergence brake) and the model's mini-batch, opened by the guide (``None``: not opened;
+    the model draws its own)."""
 
     fitted: _sampling.Fitted
     step_sizes: jax.Array
@@ -61,7 +62,12 @@ def step_info(kernel, curvature, eta_max):
 def bound(guide, rng_key, fitted, args, kwargs, batch):
     """One particle ``z*`` ``(D,)`` for the model, the log weight ``ℓ(z*) − objective`` that
     makes the ELBO equal the objective (the bound plus the symmetrised-KL term), and the
-    fraction of particles that diverged."""
+    fraction of particles that diverged.
+
+    A mini-batch target's control variate ``c`` (:meth:`~numpyro_dais.targets.Surrogate.
+    correction`, on the model's mini-batch ``batch``) joins the final term: inside the
+    weights for ``N > 1``; for ``N = 1``, where the model's own term is the final term, in
+    the objective."""
     # one split for every key of the step (each split is a generator in the program)
     key_target, key_run, key_sym, key_pick = jax.random.split(rng_key, 4)
     N = guide.num_particles
@@ -79,7 +85,11 @@ def bound(guide, rng_key, fitted, args, kwargs, batch):
         sampler=guide._train_sampler,
         key_target=key_target,
     )
-    objective = out.log_Z + sym_kl_term(guide, fitted, args, kwargs, out, key_sym)
+    view, params = guide._view, fitted.model_params
+    correction = guide._target.correction(view, args, kwargs, params, batch)
+    objective = out.log_Z + sym_kl_term(guide, fitted, args, kwargs, out, key_sym, batch)
+    if correction is not None and N == 1:
+        objective += correction(out.z[0])
     if guide.report_divergences:  # adds 0.0: the loss keeps the check in the program
         info = step_info(guide._sampler.kernel, guide.curvature, guide._step_bounds[1])
         objective += report_diverged(type(guide).__name__, out.num_diverged, N, info)
@@ -90,29 +100,34 @@ def bound(guide, rng_key, fitted, args, kwargs, batch):
         idx = 0
     else:
         idx = jax.random.categorical(key_pick, jax.lax.stop_gradient(out.log_weights))
-    return out.z[idx], out.log_final_target[idx] - objective, out.num_diverged / N
+    own = out.log_final_target[idx]  # the model's term at z*: without the control variate
+    if correction is not None and N > 1:
+        own -= correction(out.z[idx])
+    return out.z[idx], own - objective, out.num_diverged / N
 
 
-def sym_kl_term(guide, fitted, args, kwargs, out, rng_key):
+def sym_kl_term(guide, fitted, args, kwargs, out, rng_key, batch=None):
     """``−(w / K) · Ĵ`` with value 0: only its gradient in ``q0``'s location counts.
 
-    ``Ĵ`` estimates ``KL(q0 ‖ p) + KL(p ‖ q0)`` (:func:`engine.dais0.symmetrized_kl`).
-    The term anchors the location, where learnt transitions make the bound flat; the
-    scale follows the bound alone, whose finite-K optimum sits nearer the posterior's
-    marginal stds than the symmetrised-KL fit does. The model's parameters, the scale,
-    the particles and the weights are held fixed in it, so the transitions and the
-    model see only the bound.
+    ``Ĵ`` estimates ``KL(q0 ‖ p) + KL(p ‖ q0)`` (:func:`engine.dais0.symmetrized_kl`) for
+    the posterior of the target's anchor (:meth:`~numpyro_dais.targets.FullData.anchor`:
+    the full-data log joint, or for a mini-batch target its unbiased estimate on
+    ``batch``, never a surrogate's). The term anchors the location, where learnt
+    transitions make the bound flat; the scale follows the bound alone, whose finite-K
+    optimum sits nearer the posterior's marginal stds than the symmetrised-KL fit does.
+    The model's parameters, the scale, the particles and the weights are held fixed in
+    it, so the transitions and the model see only the bound.
     """
     if not guide.sym_kl_weight:
         return 0.0
     q0 = fitted.q0
     fixed = jax.lax.stop_gradient(fitted.model_params)
-    dynamics = guide._target.dynamics(guide._view, args, kwargs, fixed, rng_key)
+    anchor = guide._target.anchor(guide._view, args, kwargs, fixed, rng_key, batch)
     # in z, where `out` is (the symmetrised KL is invariant under the whitening)
     scale = jax.lax.stop_gradient(q0.scale)
     located = _sampling.in_z(fitted.affine, q0._replace(scale=scale))
     z0 = located.loc + jax.lax.stop_gradient(out.z0 - located.loc)  # moves with the loc
     J = dais0.symmetrized_kl(
-        lambda z: gaussian.log_prob(located, z), dynamics, z0, out.z, out.log_weights
+        lambda z: gaussian.log_prob(located, z), anchor, z0, out.z, out.log_weights
     )
     return -(guide.sym_kl_weight / guide.K) * (J - jax.lax.stop_gradient(J))

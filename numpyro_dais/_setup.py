@@ -7,6 +7,13 @@ the host the Laplace covariance at that mode gives the affine map ``z = m + L u`
 (:func:`~numpyro_dais.engine.preconditioning.laplace`) in whose coordinates ``q0`` and the
 transitions run, and the curvature in those coordinates gives the step-size cap. Every path
 that does not reach a trustworthy start is loud: the warning names the reason and the fix.
+
+For the mini-batch guides the search's Hessians are the surrogate's (cheap), while the
+whitening takes the full data's Hessian at the search's end point (one Hessian-vector
+product on all the rows per coordinate) and is centred one full-data Newton step further
+(:func:`_newton_finish`); the full-data log joint's value and gradient at the end point
+also serve the control variate of the final term
+(:meth:`~numpyro_dais.targets.Surrogate.correction`).
 """
 
 import math
@@ -55,6 +62,11 @@ class SetUp(NamedTuple):
     refined: refinement.Refinement | None = None
     """The Gaussian VI refinement of the Laplace start (host arrays; :func:`_moved` says
     whether it replaced the Laplace start), ``None`` when not run."""
+    linear: tuple | None = None
+    """``(ẑ, ℓ(ẑ), ∇ℓ(ẑ))``: the start density's value and gradient at the mode search's
+    end point (host arrays), for a mini-batch target's control variate; ``None`` where the
+    guide asks for none (:meth:`~numpyro_dais._annealed.AnnealedGuide._linearises`) or
+    there is no Laplace start."""
 
 
 def _concrete(x):
@@ -75,6 +87,8 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
     init = _numpyro.init_latent(guide)
     dim = init.shape[0]
     laplace = guide.laplace_init and dim <= MAX_DENSE_DIM
+    linearise = laplace and guide._linearises()
+    own = laplace and guide._target.supports_subsampling  # the Hessian of the start density
     key = jax.random.key(0)  # a fixed start: the set-up is deterministic
 
     def measure(dynamics, start, init, forward):
@@ -82,16 +96,26 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
         # Hessian that the mode search forms there, else by power iteration
         if laplace:
             mode = curvature.find_mode(start, init, curvature_density=dynamics, forward=forward)
-            return mode.start_curvature, mode
-        return curvature.max_eigenvalue(key, dynamics, init, forward=forward), None
+            # the whitening: the start density's Hessian at its mode where the search ran on
+            # another's (a mini-batch target's surrogate, whose N_s rows misplace it), with
+            # its value and gradient there (the last Newton step; the control variate)
+            linear = jax.value_and_grad(start)(mode.z) if own else None
+            whitening = curvature.neg_hessian(start, mode.z, forward=forward) if own else None
+            return mode.start_curvature, mode, linear, whitening
+        return curvature.max_eigenvalue(key, dynamics, init, forward=forward), None, None, None
 
     measured = curvature.forward_or_reverse(
         lambda forward: guide._on_dynamics(measure, args, kwargs, model_params, key, init, forward)
     )
-    lam, mode = jax.tree.map(_concrete, measured)
+    lam, mode, linear, whitening = jax.tree.map(_concrete, measured)
     affine = None
     if mode is not None and mode.z is not None:  # None: set up under jit, nothing to read
-        affine = preconditioning.laplace(mode.z, mode.neg_hessian)
+        centre = mode.z
+        if whitening is None:
+            whitening = mode.neg_hessian
+        else:
+            centre = _newton_finish(mode.z, whitening, linear[1])
+        affine = preconditioning.laplace(centre, whitening)
         funnel = _funnel_rise(affine, mode, np.asarray(init))
         if funnel is not None and guide._noncentre_hierarchy(args, kwargs):
             # once: the hierarchy's Normal sites now run non-centred, where a mode exists
@@ -109,7 +133,11 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
     else:
         floor = 1.0 / guide.init_scale**2
         _warn_if_stiff(name, lam, guide.init_scale, dim, guide.laplace_init and laplace)
-    return SetUp(affine, *_step_bounds(guide, lam, floor), refined)
+    if affine is None or not linearise or linear is None or linear[0] is None:
+        linear = None
+    else:
+        linear = (mode.z, *linear)
+    return SetUp(affine, *_step_bounds(guide, lam, floor), refined, linear)
 
 
 #: Fixed draws of the refinement's sample-average ELBO (antithetic pairs): enough for a
@@ -178,6 +206,29 @@ def _refine(guide, args, kwargs, model_params, affine, dtype):
 #: likelihood (linear tails) ~0.1 of it; a funnel whose density grows without bound into its
 #: neck (a centred hierarchy) gains 10⁻¹⁰ of it, its curvature there exploding.
 DEGENERATE_RATIO = 1e-4
+
+
+#: The longest last Newton step (:func:`_newton_finish`) that the set-up takes, in the
+#: posterior sds of the Laplace approximation at the mode search's end point.
+NEWTON_FINISH_LIMIT = 3.0
+
+
+def _newton_finish(z, neg_hess, grad):
+    """The mode search's end point ``z`` moved by one Newton step of the start density, on
+    its Hessian ``neg_hess`` and gradient ``grad`` at ``z`` (host arrays): where the search's
+    Hessians are a surrogate's, its steps converge only linearly and it stops a fraction of
+    a posterior sd short of the full data's mode. ``z`` itself where the Hessian is not
+    positive definite, the step not finite or longer than :data:`NEWTON_FINISH_LIMIT`."""
+    h, g = np.asarray(neg_hess, np.float64), np.asarray(grad, np.float64)
+    try:
+        chol = np.linalg.cholesky((h + h.T) / 2)
+    except np.linalg.LinAlgError:
+        return z
+    half = np.linalg.solve(chol, g)  # the step's length in sds: |L⁻¹ g|, H = L Lᵀ
+    step = np.linalg.solve(chol.T, half)
+    if not np.all(np.isfinite(step)) or float(half @ half) > NEWTON_FINISH_LIMIT**2:
+        return z
+    return (np.asarray(z, np.float64) + step).astype(np.asarray(z).dtype)
 
 
 def _funnel_rise(affine, mode, init):

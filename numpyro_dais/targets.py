@@ -17,6 +17,7 @@ importance sampling".
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from numpyro import handlers
 from numpyro.distributions import constraints
 from numpyro.infer.initialization import init_to_uniform
@@ -46,6 +47,11 @@ class FullData:
     supports_subsampling = False
     #: the dynamics need the call's data (``method="dais"`` without data is refused)
     dynamics_need_data = True
+    #: the final term takes a control variate built from the start density's linearisation
+    #: at the set-up's mode (:meth:`Surrogate.correction`)
+    control_variate = False
+    #: the parameter sites that hold that linearisation (none here)
+    control_variate_names = ()
 
     def setup(self, view: ModelView, prototype_trace, args, kwargs, prefix):
         """Called once with the first call's arguments; returns nothing."""
@@ -60,6 +66,16 @@ class FullData:
     def final(self, view, args, kwargs, params, batch=None):
         """The final weight's term; ``None``: the dynamics' own (full-data) log joint."""
         return None
+
+    def correction(self, view, args, kwargs, params, batch):
+        """``z -> c(z)``, a zero-mean control variate that the bound adds to the final term
+        on ``batch``, or ``None`` (none here)."""
+        return None
+
+    def anchor(self, view, args, kwargs, params, rng_key, batch=None):
+        """The log density (``z -> ℓ(z)``, unnormalised) whose posterior the DAIS₀ term fits
+        ``q0``'s location to: the posterior's own, here the dynamics' log joint."""
+        return self.dynamics(view, args, kwargs, params, rng_key)
 
     def start(self, view, args, kwargs, params, rng_key):
         """The log density whose mode ``q0`` starts at (the Laplace start): the posterior's,
@@ -154,12 +170,82 @@ class Surrogate(_MiniBatchTarget):
     """
 
     dynamics_need_data = False
+    control_variate = True
 
     def __init__(self, model=None, num_surrogate=None):
         self.model, self.num_surrogate = model, num_surrogate
+        self._linear = {}
+
+    def linearise(self, linear):
+        """Keep ``(ẑ, ℓ(ẑ), ∇ℓ(ẑ))``, the full-data log joint's value and gradient at a point
+        ``ẑ`` near the posterior (the set-up's mode; host arrays), for :meth:`correction`,
+        as the initial values of the parameter sites :attr:`control_variate_names` (whose
+        gradient the correction stops, so that ``params`` hold them and a saved state
+        resumes exactly); ``None``: no control variate."""
+        if linear is None:
+            self._linear = {}
+            return
+        self._linear = {
+            name: (np.asarray(value, np.asarray(linear[0]).dtype), {})
+            for name, value in zip(self.control_variate_names, linear, strict=True)
+        }
+
+    def _covers(self, batch):
+        return bool(batch) and set(batch) == set(self.plates)
+
+    def correction(self, view, args, kwargs, params, batch):
+        """``c(z) = [ℓ(ẑ) + ∇ℓ(ẑ)·(z − ẑ)] − [ℓ_I(ẑ) + ∇ℓ_I(ẑ)·(z − ẑ)]`` for the mini-batch
+        estimate ``ℓ_I`` on ``batch`` and the full-data log joint ``ℓ``, linearised at the
+        set-up's point ``ẑ`` (Bardenet et al. 2017; Baker et al. 2019): ``E_I[c(z)] = 0`` for
+        every ``z``, so ``ℓ_I + c`` is unbiased for ``ℓ`` like ``ℓ_I``; ``ℓ_I − ℓ_I(ẑ)
+        − ∇ℓ_I(ẑ)·(z − ẑ)`` is a remainder of second order in ``z − ẑ``, so near ``ẑ`` its
+        variance is far below that of ``ℓ_I``, which grows as ``Nd² / B``. ``None`` without
+        a linearisation or where ``batch`` does not hold the target's plates."""
+        names = self.control_variate_names
+        if not all(name in params for name in names) or not self._covers(batch):
+            return None
+        fixed = jax.lax.stop_gradient(params)
+        point, value, grad = (fixed[name] for name in names)
+        batch_log_joint = _MiniBatchTarget.final(self, view, args, kwargs, fixed, batch)
+        at_point, slope = jax.lax.stop_gradient(jax.value_and_grad(batch_log_joint)(point))
+        offset, slope = value - at_point, grad - slope
+
+        def c(z):
+            return offset + jnp.dot(slope, z - point)
+
+        return c
+
+    def final(self, view, args, kwargs, params, batch=None):
+        ell = super().final(view, args, kwargs, params, batch)
+        c = self.correction(view, args, kwargs, params, batch)
+        return ell if c is None else lambda z: ell(z) + c(z)
+
+    def anchor(self, view, args, kwargs, params, rng_key, batch=None):
+        """The mini-batch estimate of the full-data log joint with its control variate, on
+        ``batch`` (the model's), or on one drawn with ``rng_key`` where no model's batch is
+        known (``None``); on all the data where the loss's model runs on all of it (an
+        empty ``batch``). Unbiased for the posterior's log joint, in which the reverse KL's
+        gradient is linear; not the surrogate's, whose posterior sits about
+        ``sqrt(Nd / N_s)`` posterior standard deviations away until its weights are
+        learnt."""
+        if batch is not None and not self._covers(batch):
+            return self.final(view, args, kwargs, params)
+        if batch is None:
+            keys = jax.random.split(rng_key, len(self.plates))
+            batch = {
+                name: _numpyro.subsample_indices(size, subsample_size, key)
+                for key, (name, (size, subsample_size)) in zip(
+                    keys, self.plates.items(), strict=True
+                )
+            }
+        return self.final(view, args, kwargs, params, batch)
 
     def setup(self, view, prototype_trace, args, kwargs, prefix):
         self._params = {}
+        #: the parameter sites of the control variate's linearisation ``(ẑ, ℓ(ẑ), ∇ℓ(ẑ))``
+        self.control_variate_names = tuple(
+            f"{prefix}_control_variate_{part}" for part in ("point", "value", "grad")
+        )
         if self.model is not None:
             self.plates = data_plates(prototype_trace)
             self._setup_model(view, prototype_trace)
@@ -226,7 +312,7 @@ class Surrogate(_MiniBatchTarget):
         }
 
     def param_sites(self):
-        return self._params
+        return {**self._params, **self._linear}
 
     def dynamics(self, view, args, kwargs, params, rng_key):
         if self.model is not None:

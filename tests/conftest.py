@@ -235,6 +235,8 @@ SLOW = (
     "tests/test_autosldais.py::test_errors",
     "tests/test_autosldais.py::test_parameter_names_match_autodais",
     "tests/test_autosldais.py::test_the_model_minibatch_is_drawn_by_the_guide_only_for_a_subsampled_loss",
+    "tests/test_autosldais.py::test_control_variate_makes_minibatch_gradients_as_precise_as_the_full_data",
+    "tests/test_autosldais.py::test_defaults_trained_to_convergence_find_the_posterior_of_a_large_data_set",
     "tests/test_packaging.py::test_fresh_venv_installs_the_wheel_and_imports_every_public_name",
     "tests/test_packaging.py::test_wheel_and_sdist_contents",
     "tests/test_readme.py::test_snippets_run_as_they_stand",
