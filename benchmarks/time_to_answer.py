@@ -489,25 +489,25 @@ def scale_figure(rows, out_path, methods):
     import matplotlib.pyplot as plt
 
     by = {(r["case"], r["method"]): r for r in rows}
+    colours = {m: f"C{i}" for i, m in enumerate(METHODS)}  # one colour per method, both panels
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, family, sizes, xlabel in (
         (axes[0], "logistic", LOGISTIC_ROWS, "rows"),
         (axes[1], "hierarchical", HIER_GROUPS, "groups"),
     ):
         for m in methods:
-            pts = []
-            for n in sizes:
-                r = by.get((f"{family}_{n}", m))
-                if r is not None:
-                    pts.append((n, _best(r)[0]))
-            if any(math.isfinite(t) for _, t in pts):
-                xs = [n for n, t in pts if math.isfinite(t)]
-                ax.plot(xs, [t for _, t in pts if math.isfinite(t)], "o-", label=m)
+            pts = [
+                (n, _best(by[f"{family}_{n}", m])[0]) for n in sizes if (f"{family}_{n}", m) in by
+            ]
+            xs = [n for n, t in pts if math.isfinite(t)]
+            if xs:
+                ts = [t for _, t in pts if math.isfinite(t)]
+                ax.plot(xs, ts, "o-", color=colours.get(m), label=m)
         ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel="seconds to a right answer")
-        ax.set_title(family)
+        ax.set_title(f"{family} (no point: not right, or not run)")
         ax.grid(alpha=0.3)
-    if axes[0].get_legend_handles_labels()[0]:
-        axes[0].legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out_path, dpi=110)
     plt.close(fig)
