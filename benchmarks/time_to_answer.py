@@ -61,17 +61,19 @@ HIER_GROUPS = (10, 100, 1_000, 10_000)
 SL_BATCH = 1000
 SEMI_BATCH = 256
 
+FULL = dict(
+    cases=None,
+    methods=None,
+    nuts=(1000, 1000),
+    max_steps=10_000,
+    window=250,
+    timeout=900,
+    draws=DRAWS,
+)
 SETTINGS = {
-    "full": dict(
-        cases=None,
-        methods=None,
-        nuts=(1000, 1000),
-        max_steps=10_000,
-        window=250,
-        timeout=900,
-        draws=DRAWS,
-    ),
-    "quick": dict(
+    "full": FULL,
+    "quick": dict(  # the full settings on a few cases
+        FULL,
         cases=(
             "eight_schools_noncentred",
             "kid_score",
@@ -83,12 +85,7 @@ SETTINGS = {
             "hierarchical_10",
             "hierarchical_1000",
         ),
-        methods=None,
-        nuts=(1000, 1000),
-        max_steps=10_000,
-        window=250,
         timeout=600,
-        draws=DRAWS,
     ),
     "smoke": dict(  # the test suite's: in-process, tiny settings
         cases=("logistic_1000",),
