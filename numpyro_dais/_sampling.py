@@ -9,13 +9,13 @@ References: Geffner & Domke (2021); Zhang et al. (2021); Zenn & Bamler (2024), D
 
 import functools
 import math
-import warnings
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from numpyro_dais._reporting import warn
 from numpyro_dais._vectorise import jit_short_run, map_batched, map_chunks, shard_particles
 from numpyro_dais.engine import dais, gaussian, preconditioning, psis, samplers, smc, weights
 from numpyro_dais.results import LogEvidence, SMCDiagnostics
@@ -174,7 +174,7 @@ def warn_if_heavy_tailed(guide_name, k, num_draws, what):
     fit = psis.ParetoK(np.asarray(k), np.nan, np.nan, num_draws)
     message = psis.pareto_k_warning(fit, what)
     if message is not None:
-        warnings.warn(f"{guide_name}: {message}", RuntimeWarning, stacklevel=4)
+        warn(f"{guide_name}: {message}", RuntimeWarning, stacklevel=4)
 
 
 def log_evidence(guide, rng_key, fitted, args, kwargs, num_particles, batch_size, mesh=None):
