@@ -147,15 +147,17 @@ def pooled_pareto_k(log_weights):
 
 def warn_if_not_finite(guide_name, draws, method, num_draws):
     """Warn when annealed draws are not finite (every particle of their system diverged),
-    with the fix; nothing under ``jit``."""
+    with the fix; nothing under ``jit``. Draws split over the devices of several processes
+    are counted where they lie (a reduction every process runs), not fetched."""
     bad = 0
     for value in jax.tree.leaves(draws):
         if isinstance(value, jax.core.Tracer):
             return
-        finite = np.isfinite(np.asarray(value)).reshape(num_draws, -1)
-        bad = max(bad, int(np.sum(~np.all(finite, axis=-1))))
+        xp = np if getattr(value, "is_fully_addressable", True) else jnp
+        finite = xp.isfinite(value if xp is jnp else np.asarray(value)).reshape(num_draws, -1)
+        bad = max(bad, int(xp.sum(~xp.all(finite, axis=-1))))
     if bad:
-        warnings.warn(
+        warn(
             f"{guide_name}: {bad} of the {num_draws} {method!r} draws are not finite: every "
             "particle of their annealing diverged. The transitions are unstable for this "
             "posterior: train longer (the step sizes shorten after divergences), pass a "
