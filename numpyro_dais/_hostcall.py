@@ -227,7 +227,7 @@ def _probe() -> bool:
         return False
     seen = []
     try:
-        cpu = jax.devices("cpu")[0]
+        cpu = jax.local_devices(backend="cpu")[0]  # this process's, not process 0's
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(_handler), platform="cpu")
         fid = _register(lambda *v: seen.append(v))
         values = np.array([1.5, -2.0], np.float32)

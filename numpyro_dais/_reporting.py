@@ -1,4 +1,5 @@
-"""Warnings from inside jitted code: a host call behind a ``lax.cond``, once per step."""
+"""Warnings from inside jitted code (a host call behind a ``lax.cond``, once per step), and
+the rule that progress and warnings come from process 0 only (:func:`on_main_process`)."""
 
 import functools
 import math
@@ -9,6 +10,21 @@ import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 
 from numpyro_dais._hostcall import host_call
+
+
+def on_main_process() -> bool:
+    """Whether this process prints: process 0 of a multi-process JAX run
+    (``jax.distributed.initialize``), or the only process. Every process runs the same
+    script, so without this rule a run of ``n`` processes would show each progress bar and
+    warning ``n`` times."""
+    return jax.process_index() == 0
+
+
+def warn(message, category=UserWarning, stacklevel=1):
+    """``warnings.warn(message, category, stacklevel)`` in process 0 only
+    (:func:`on_main_process`); ``stacklevel`` counts from the caller, as ``warnings.warn``'s."""
+    if on_main_process():
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
 
 
 def warn_from_jit(warn_fn, counts, total, values=()) -> jax.Array:
@@ -77,7 +93,7 @@ def _warn_diverged(guide_name, step_info, fell_back, num_diverged, total):
                 " If training ran well before this, the learning rate may have thrown the "
                 "parameters off: lower it, or run SVI with `stable_update=True`."
             )
-    warnings.warn(msg, RuntimeWarning, stacklevel=2)
+    warn(msg, RuntimeWarning, stacklevel=2)
 
 
 def report_diverged(guide_name, num_diverged, total, step_info="", fell_back=False):
@@ -106,7 +122,7 @@ def _warn_gpvi(
         nonfinite_steps[0] += 1
     occurrence = nonfinite_steps[0]
     if n_bad and math.log10(occurrence).is_integer():  # steps 1, 10, 100, ...: not a flood
-        warnings.warn(
+        warn(
             f"{guide_name}: {n_bad} of {total} particles had a non-finite log joint or "
             "gradient (the model's density is undefined there); they were left out of the "
             "model-parameter gradient and steered back towards the finite particles. "
@@ -117,7 +133,7 @@ def _warn_gpvi(
             stacklevel=2,
         )
     if n_fb and is_helper:
-        warnings.warn(
+        warn(
             f"{guide_name}: the helper network diverged (loss {float(helper_loss):.4g}, "
             f"{float(helper_rel_loss):.4g}× the loss of predicting 0). This step used "
             "J^-T v ≈ v / λ instead of its prediction. Lower the helper's learning rate "
@@ -126,7 +142,7 @@ def _warn_gpvi(
             stacklevel=2,
         )
     elif n_fb:
-        warnings.warn(
+        warn(
             f"{guide_name}: the generator Jacobian was singular at {n_fb} of {total} "
             "particles; this step used J^-T v ≈ v / λ there.",
             RuntimeWarning,

@@ -9,13 +9,13 @@ References: Geffner & Domke (2021); Zhang et al. (2021); Zenn & Bamler (2024), D
 
 import functools
 import math
-import warnings
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from numpyro_dais._reporting import warn
 from numpyro_dais._vectorise import jit_short_run, map_batched, map_chunks, shard_particles
 from numpyro_dais.engine import dais, gaussian, preconditioning, psis, samplers, smc, weights
 from numpyro_dais.results import LogEvidence, SMCDiagnostics
@@ -147,15 +147,17 @@ def pooled_pareto_k(log_weights):
 
 def warn_if_not_finite(guide_name, draws, method, num_draws):
     """Warn when annealed draws are not finite (every particle of their system diverged),
-    with the fix; nothing under ``jit``."""
+    with the fix; nothing under ``jit``. Draws split over the devices of several processes
+    are counted where they lie (a reduction every process runs), not fetched."""
     bad = 0
     for value in jax.tree.leaves(draws):
         if isinstance(value, jax.core.Tracer):
             return
-        finite = np.isfinite(np.asarray(value)).reshape(num_draws, -1)
-        bad = max(bad, int(np.sum(~np.all(finite, axis=-1))))
+        xp = np if getattr(value, "is_fully_addressable", True) else jnp
+        finite = xp.isfinite(value if xp is jnp else np.asarray(value)).reshape(num_draws, -1)
+        bad = max(bad, int(xp.sum(~xp.all(finite, axis=-1))))
     if bad:
-        warnings.warn(
+        warn(
             f"{guide_name}: {bad} of the {num_draws} {method!r} draws are not finite: every "
             "particle of their annealing diverged. The transitions are unstable for this "
             "posterior: train longer (the step sizes shorten after divergences), pass a "
@@ -174,7 +176,7 @@ def warn_if_heavy_tailed(guide_name, k, num_draws, what):
     fit = psis.ParetoK(np.asarray(k), np.nan, np.nan, num_draws)
     message = psis.pareto_k_warning(fit, what)
     if message is not None:
-        warnings.warn(f"{guide_name}: {message}", RuntimeWarning, stacklevel=4)
+        warn(f"{guide_name}: {message}", RuntimeWarning, stacklevel=4)
 
 
 def log_evidence(guide, rng_key, fitted, args, kwargs, num_particles, batch_size, mesh=None):

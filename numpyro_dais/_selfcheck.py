@@ -12,12 +12,12 @@ learnt transitions, and warns when their spread leaves ``q0``'s.
 """
 
 import hashlib
-import warnings
 
 import jax
 import numpy as np
 
 from numpyro_dais import _compile, _sampling
+from numpyro_dais._reporting import warn
 from numpyro_dais._vectorise import jit_short_run
 from numpyro_dais.engine import dais0, mala
 from numpyro_dais.results import TransportReport
@@ -77,7 +77,7 @@ def check_q0_once(guide, params, stacklevel=4) -> TransportReport | None:
         # hides sites that another guide draws): nothing to compare q0 with
         return None
     if not report.ok:
-        warnings.warn(
+        warn(
             f"{report.message} (Checked once for these params on the set-up data, before "
             "their first use as the posterior; `self_check=False` skips the check.)",
             UserWarning,
@@ -230,7 +230,7 @@ def transport_verdict(guide, check, mean_tol, std_ratio_tol, warn, chains=None) 
     if not chains_ok:
         message = chains_message if end_points_ok else f"{message} Also: {chains_message}"
     if warn and not ok:
-        warnings.warn(message, UserWarning, stacklevel=3)
+        warn(message, UserWarning, stacklevel=3)
     unpack = lambda x: {k: np.asarray(v) for k, v in guide._view.unpack(x).items()}
     chain_ratio = None if chain_ratio is None else unpack(chain_ratio)
     return TransportReport(ok, unpack(shift), unpack(ratio), names[i], message, chain_ratio)

@@ -5,7 +5,6 @@ Reference: Jankowiak & Phan (2022), "Surrogate likelihoods for variational annea
 importance sampling", §7.6 and appendix A.1.
 """
 
-import warnings
 from typing import NamedTuple
 
 import jax
@@ -20,6 +19,7 @@ from numpyro.infer.initialization import init_to_median
 from numpyro_dais import _semidais_laplace as laplace
 from numpyro_dais import _semidais_sites as sites
 from numpyro_dais._modelview import trace_without_sampling
+from numpyro_dais._reporting import warn
 from numpyro_dais._setup import step_bounds
 from numpyro_dais._vectorise import jit_short_run
 
@@ -129,7 +129,7 @@ class SemiDAISSetUp:
             else:
                 lam, where = self._median_curvature(local_args, local_kwargs, typical)
             if not np.isfinite(lam) or lam <= 0:
-                warnings.warn(
+                warn(
                     f"{type(self).__name__}: the curvature of the local log densities {where} "
                     f"is {lam:.3g} (nan: the guide was set up under jit), no guide to a step "
                     "size; using numpyro's eta_max=0.1. Pass `eta_max` (below the local "
@@ -174,7 +174,7 @@ class SemiDAISSetUp:
         except jax.errors.JAXTypeError:  # set up under jit (traced data or parameters)
             return None
         if fit is None:
-            warnings.warn(
+            warn(
                 f"{type(self).__name__}: the nested Laplace fit of the global latents did not "
                 "converge; the global guide starts at its own initial values and the members' "
                 "expansion points at the prior medians, which can take many more steps. Pass "

@@ -17,13 +17,13 @@ also serve the control variate of the final term
 """
 
 import math
-import warnings
 from typing import NamedTuple
 
 import jax
 import numpy as np
 
 from numpyro_dais import _compile, _numpyro
+from numpyro_dais._reporting import warn
 from numpyro_dais.engine import curvature, preconditioning, refinement
 
 #: Largest latent dimension ``D`` for which the set-up forms the ``D × D`` Hessian (one
@@ -249,7 +249,7 @@ def _laplace_affine(name, mode, affine, funnel):
     ``None``), or when the end point is a degenerate mode (``funnel``: ``(rise,
     predicted)``, :func:`_funnel_rise`)."""
     if affine is None:
-        warnings.warn(
+        warn(
             f"{name}: the Laplace start was skipped: the log density's Hessian is not "
             f"finite (or is zero) at the point the mode search reached ({int(mode.num_iters)} "
             "Newton iterations from the initial point), so q0 starts at the initial point "
@@ -263,7 +263,7 @@ def _laplace_affine(name, mode, affine, funnel):
         return None
     if funnel is not None:
         rise, predicted = funnel
-        warnings.warn(
+        warn(
             f"{name}: the posterior seems to have no mode: from the initial point its log "
             f"density rose by {rise:.3g} nats while its curvature grew as if by "
             f"{predicted:.3g} (a Gaussian's rise): the search ran into a funnel's neck, where "
@@ -280,7 +280,7 @@ def _laplace_affine(name, mode, affine, funnel):
         return None
     decrement = float(mode.decrement)
     if decrement > DECREMENT_WARN:
-        warnings.warn(
+        warn(
             f"{name}: the mode search stopped {decrement:.3g} nats below the mode its "
             f"quadratic model predicts (after {int(mode.num_iters)} Newton iterations; "
             f"converged means below {DECREMENT_WARN:g}). q0 starts at the Laplace "
@@ -335,7 +335,7 @@ def _warn_if_stiff(name, lam, init_scale, dim, laplace_init):
     if lam is None:
         return  # set up under jit, or the step sizes were given: nothing was measured
     if not np.isfinite(lam):
-        warnings.warn(
+        warn(
             f"{name}: the curvature of the log density is not finite at the initial point "
             f"({reason}), so neither q0's start nor the step sizes could be checked against "
             "the posterior's scale. Fix: start inside the support where the density is "
@@ -347,7 +347,7 @@ def _warn_if_stiff(name, lam, init_scale, dim, laplace_init):
     if lam * init_scale**2 <= STIFFNESS_WARN:
         return
     width = 1.0 / math.sqrt(lam)
-    warnings.warn(
+    warn(
         f"{name}: the posterior is stiff: the curvature at the initial point is "
         f"λ ≈ {lam:.3g}, so its narrowest direction has scale ≈ 1/sqrt(λ) = {width:.2g}, "
         f"{init_scale / width:.0f} times narrower than q0 at the start (init_scale = "

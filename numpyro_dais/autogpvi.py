@@ -12,8 +12,6 @@ References:
   generative adversarial learning" (amortized SVGD).
 """
 
-import warnings
-
 import jax
 import jax.numpy as jnp
 import numpyro
@@ -31,7 +29,7 @@ from numpyro_dais._checks import (
     check_positive_int,
 )
 from numpyro_dais._modelview import log_joint
-from numpyro_dais._reporting import report_gpvi
+from numpyro_dais._reporting import report_gpvi, warn
 from numpyro_dais._vectorise import map_batched, shard_particles
 from numpyro_dais.engine import gpvi, networks
 
@@ -154,7 +152,7 @@ class AutoGPVI(ContinuousGuide):
     ):
         """Build the guide: the options are AutoGPVI's."""
         if method is not None:
-            warnings.warn(
+            warn(
                 "AutoGPVI's `method` is now `algorithm` (sample_posterior's `method` means "
                 "something else); pass algorithm=... instead.",
                 FutureWarning,

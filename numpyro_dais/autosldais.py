@@ -11,11 +11,10 @@ importance sampling" (SL-DAIS; NS-DAIS is their naive-subsampling baseline); Zen
 (2023), "Resampling gradients vanish in differentiable sequential Monte Carlo samplers".
 """
 
-import warnings
-
 from numpyro_dais._annealed import AnnealedGuide
 from numpyro_dais._checks import check_choice, check_positive_int
 from numpyro_dais._options import Annealing, Resampling, SurrogateLikelihood, parse
+from numpyro_dais._reporting import warn
 from numpyro_dais.targets import NaiveMiniBatch, Surrogate
 
 __all__ = ["AutoSurrogateLikelihoodDAIS", "AutoSurrogateLikelihoodDSMCS"]
@@ -45,7 +44,7 @@ def surrogate_target(guide, annealing, surrogate, smc=False):
     guide.surrogate_model, guide.num_surrogate, guide.dynamics = surrogate
     num_particles = annealing.num_particles
     if num_particles > 1 and not smc:
-        warnings.warn(
+        warn(
             f"{type(guide).__name__} with num_particles={num_particles}: the mini-batch "
             "estimate of the log likelihood enters the log-mean-exp of the weights, so the "
             "bound is biased upwards when the plate subsamples (B < Nd) and may exceed "

@@ -14,7 +14,6 @@ the first window shows that the run is long next to that compilation.
 """
 
 import time
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +22,7 @@ import numpy as np
 from numpyro_dais import _compile
 from numpyro_dais._annealed import AnnealedGuide
 from numpyro_dais._checks import check_positive_int
+from numpyro_dais._reporting import on_main_process, warn
 from numpyro_dais._selfcheck import check_q0_once
 from numpyro_dais._vectorise import jit_by_leaves
 from numpyro_dais.engine import stopping
@@ -179,7 +179,8 @@ def run_until_converged(
     :param int window: steps per window (``>= 20``): one compiled program, the unit of the
         rule's comparison, and of the progress bar.
     :param int patience: windows without a significant improvement before stopping.
-    :param bool progress_bar: show the steps taken and each window's mean loss.
+    :param bool progress_bar: show the steps taken and each window's mean loss (in process
+        0 only, where several processes run the same script).
     :param bool stable_update: use ``svi.stable_update`` (skip non-finite steps).
     :param bool forward_mode_differentiation: as ``svi.run``'s.
     :param init_state: an ``SVIState`` to continue from (e.g. a previous result's ``state``).
@@ -226,7 +227,7 @@ def run_until_converged(
         params = _tail_average(svi, means)
     else:
         params = svi.get_params(state)
-        warnings.warn(
+        warn(
             f"run_until_converged: the loss was still improving after max_steps = {done} "
             f"steps (last window's mean {stats.mean:.6g} ± {stats.se:.2g}); the returned "
             "params are the last iterate's. Fix: raise `max_steps`, or continue with "
@@ -239,7 +240,8 @@ def run_until_converged(
 
 
 def _progress(enabled, total):
-    if not enabled:
+    """The progress bar, in process 0 only (:func:`~numpyro_dais._reporting.on_main_process`)."""
+    if not enabled or not on_main_process():
         return None
     import tqdm
 
