@@ -7,11 +7,19 @@ coordinates (an uncentred or badly scaled covariate, collinear predictors). The 
 diagonal mass matrix then all act in units of the posterior's own widths, and a diagonal
 ``q0`` in ``u`` is a full-rank ``q0`` in ``z``.
 
+``L`` is the symmetric square root ``Σ^{1/2}``, not a Cholesky factor: a Cholesky factor
+depends on the order of the coordinates, and so would every diagonal quantity in ``u``
+(``q0``'s scales, the mass matrix), i.e. the answer would depend on the order in which the
+model's ``sample`` statements are written. With the symmetric root, permuting ``z``
+permutes ``u`` the same way, and ``u_i`` stays as close to ``z_i``'s own direction as any
+whitening can (the root is the whitening of least distortion; Kessy et al. 2018).
+
 The density of ``u`` is ``ℓ(m + L u) + log |det L|``, so weights, bounds and evidence are
 those of ``z``.
 
-Reference: Hoffman et al. (2019), "NeuTra-lizing bad geometry in Hamiltonian Monte Carlo
-using neural transport" (sampling in the coordinates of a fitted transport map).
+References: Hoffman et al. (2019), "NeuTra-lizing bad geometry in Hamiltonian Monte Carlo
+using neural transport" (sampling in the coordinates of a fitted transport map); Kessy,
+Lewin & Strimmer (2018), "Optimal whitening and decorrelation".
 """
 
 from typing import NamedTuple
@@ -25,20 +33,21 @@ from numpyro_dais.engine.dais import Target
 
 
 class Affine(NamedTuple):
-    """``z = loc + scale_tril u``."""
+    """``z = loc + scale u``."""
 
     loc: jax.Array  # (D,)
-    scale_tril: jax.Array  # (D, D) lower triangular, positive diagonal
+    scale: jax.Array  # (D, D) invertible
+    log_det: jax.Array  # () log |det scale|, kept beside it: no factorisation per step
 
 
 def to_z(affine: Affine, u: jax.Array) -> jax.Array:
     """``m + L u`` for ``u (..., D)``."""
-    return affine.loc + u @ affine.scale_tril.T
+    return affine.loc + u @ affine.scale.T
 
 
 def log_abs_det(affine: Affine) -> jax.Array:
     """``log |det L|``, shape ``()``."""
-    return jnp.sum(jnp.log(jnp.diagonal(affine.scale_tril)))
+    return affine.log_det
 
 
 def whiten(target: Target, affine: Affine) -> Target:
@@ -52,10 +61,14 @@ def whiten(target: Target, affine: Affine) -> Target:
 
 
 def push(affine: Affine, q0: gaussian.Gaussian) -> gaussian.Gaussian:
-    """``q0`` of ``u`` as the Gaussian of ``z = m + L u``, with Cholesky factor ``L S``
-    ``(D, D)`` (``S``: ``q0``'s diagonal or triangular scale)."""
+    """``q0`` of ``u`` as the Gaussian of ``z = m + L u``: covariance ``F Fᵀ`` with
+    ``F = L S`` (``S``: ``q0``'s diagonal or triangular scale), as its Cholesky factor
+    ``(D, D)``, read off the QR factorisation of ``Fᵀ`` (``F Fᵀ = Rᵀ R``), which does not
+    square ``F``'s condition number as factoring ``F Fᵀ`` would."""
     scale = jnp.diag(q0.scale) if gaussian.is_diagonal(q0) else q0.scale
-    return gaussian.Gaussian(to_z(affine, q0.loc), affine.scale_tril @ scale)
+    r = jnp.linalg.qr((affine.scale @ scale).T, mode="r")
+    signs = jnp.where(jnp.diagonal(r) < 0, -1.0, 1.0).astype(r.dtype)
+    return gaussian.Gaussian(to_z(affine, q0.loc), r.T * signs[None, :])
 
 
 #: smallest curvature of the Laplace precision relative to the largest (a condition number
@@ -69,8 +82,8 @@ def laplace(mode, neg_hess) -> Affine:
 
     ``Σ⁻¹ = V max(|Λ|, floor) Vᵀ`` for ``H = V Λ Vᵀ``: eigenvalues by magnitude (a point
     short of a mode can have negative curvature; its magnitude is still the local scale),
-    floored at :data:`RELATIVE_FLOOR` times the largest; ``L`` is the Cholesky factor of
-    ``Σ``. Returns ``None`` when ``H`` is not finite or is zero.
+    floored at :data:`RELATIVE_FLOOR` times the largest; ``L = Σ^{1/2}``, the symmetric
+    root. Returns ``None`` when ``H`` is not finite or is zero.
     """
     h = np.asarray(neg_hess, np.float64)
     if not np.all(np.isfinite(h)) or not np.all(np.isfinite(mode)):
@@ -80,14 +93,25 @@ def laplace(mode, neg_hess) -> Affine:
     if magnitudes.max() <= 0:
         return None
     precision = np.maximum(magnitudes, RELATIVE_FLOOR * magnitudes.max())
-    cov = (vectors / precision) @ vectors.T
-    return Affine(np.asarray(mode, np.float64), np.linalg.cholesky((cov + cov.T) / 2))
+    root = (vectors / np.sqrt(precision)) @ vectors.T
+    log_det = -0.5 * np.sum(np.log(precision))
+    return Affine(np.asarray(mode, np.float64), (root + root.T) / 2, np.float64(log_det))
+
+
+def rescale(affine: Affine, loc, scale) -> Affine:
+    """``z = m + L (loc + diag(scale) u)``: ``affine`` followed by a diagonal Gaussian's map
+    in its coordinates (host, float64)."""
+    L = np.asarray(affine.scale, np.float64)
+    loc = np.asarray(affine.loc, np.float64) + L @ np.asarray(loc, np.float64)
+    scale = np.asarray(scale, np.float64)
+    log_det = np.float64(affine.log_det) + np.sum(np.log(scale))
+    return Affine(loc, L * scale[None, :], log_det)
 
 
 def whitened_curvature(affine: Affine, neg_hess) -> float:
     """Largest eigenvalue of ``Lᵀ H L``, the potential's Hessian in ``u`` (at least 0;
     ``inf`` when not finite); 1 at the mode the Laplace map was formed at."""
-    L = np.asarray(affine.scale_tril, np.float64)
+    L = np.asarray(affine.scale, np.float64)
     h = L.T @ np.asarray(neg_hess, np.float64) @ L
     if not np.all(np.isfinite(h)):
         return np.inf
