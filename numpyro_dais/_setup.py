@@ -115,7 +115,7 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
             whitening = mode.neg_hessian
         else:
             centre = _newton_finish(mode.z, whitening, linear[1])
-        affine = preconditioning.laplace(centre, whitening)
+        affine = preconditioning.laplace(centre, whitening, guide._coordinate_site_sizes())
         funnel = _funnel_rise(affine, mode, np.asarray(init))
         if funnel is not None and guide._noncentre_hierarchy(args, kwargs):
             # once: the hierarchy's Normal sites now run non-centred, where a mode exists

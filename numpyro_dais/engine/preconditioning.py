@@ -7,12 +7,15 @@ coordinates (an uncentred or badly scaled covariate, collinear predictors). The 
 diagonal mass matrix then all act in units of the posterior's own widths, and a diagonal
 ``q0`` in ``u`` is a full-rank ``q0`` in ``z``.
 
-``L`` is the symmetric square root ``Σ^{1/2}``, not a Cholesky factor: a Cholesky factor
-depends on the order of the coordinates, and so would every diagonal quantity in ``u``
-(``q0``'s scales, the mass matrix), i.e. the answer would depend on the order in which the
-model's ``sample`` statements are written. With the symmetric root, permuting ``z``
-permutes ``u`` the same way, and ``u_i`` stays as close to ``z_i``'s own direction as any
-whitening can (the root is the whitening of least distortion; Kessy et al. 2018).
+``L`` is not a Cholesky factor: a Cholesky factor depends on the order of the coordinates,
+and so would every diagonal quantity in ``u`` (``q0``'s scales, the mass matrix), i.e. the
+answer would depend on the order in which the model's ``sample`` statements are written.
+:func:`block_root` orders the coordinates by *level* instead (the guides use the size of
+each coordinate's site, so a hierarchy's hyperparameters come before its group effects,
+which are then whitened given them, as in its non-centred form) and takes the symmetric
+root within a level, which permuting the coordinates permutes the same way (the whitening
+of least distortion; Kessy et al. 2018). ``L`` then depends only on the levels, not on the
+order or the names of the sites, nor on ``plate`` against ``.to_event``.
 
 The density of ``u`` is ``ℓ(m + L u) + log |det L|``, so weights, bounds and evidence are
 those of ``z``.
@@ -76,14 +79,14 @@ def push(affine: Affine, q0: gaussian.Gaussian) -> gaussian.Gaussian:
 RELATIVE_FLOOR = 1e-10
 
 
-def laplace(mode, neg_hess) -> Affine:
+def laplace(mode, neg_hess, levels=None) -> Affine:
     """The Laplace approximation ``N(m, Σ)`` at a mode ``m (D,)`` with potential Hessian
     ``H = −∇²ℓ(m) (D, D)``, as the affine map of its whitening, on the host in float64.
 
     ``Σ⁻¹ = V max(|Λ|, floor) Vᵀ`` for ``H = V Λ Vᵀ``: eigenvalues by magnitude (a point
     short of a mode can have negative curvature; its magnitude is still the local scale),
-    floored at :data:`RELATIVE_FLOOR` times the largest; ``L = Σ^{1/2}``, the symmetric
-    root. Returns ``None`` when ``H`` is not finite or is zero.
+    floored at :data:`RELATIVE_FLOOR` times the largest; ``L`` is :func:`block_root` of
+    ``Σ`` over ``levels``. Returns ``None`` when ``H`` is not finite or is zero.
     """
     h = np.asarray(neg_hess, np.float64)
     if not np.all(np.isfinite(h)) or not np.all(np.isfinite(mode)):
@@ -93,9 +96,41 @@ def laplace(mode, neg_hess) -> Affine:
     if magnitudes.max() <= 0:
         return None
     precision = np.maximum(magnitudes, RELATIVE_FLOOR * magnitudes.max())
-    root = (vectors / np.sqrt(precision)) @ vectors.T
+    cov = (vectors / precision) @ vectors.T
     log_det = -0.5 * np.sum(np.log(precision))
-    return Affine(np.asarray(mode, np.float64), (root + root.T) / 2, np.float64(log_det))
+    return Affine(np.asarray(mode, np.float64), block_root(cov, levels), np.float64(log_det))
+
+
+def _symmetric_root(a):
+    eigenvalues, vectors = np.linalg.eigh((a + a.T) / 2)
+    root = (vectors * np.sqrt(np.maximum(eigenvalues, 0.0))) @ vectors.T
+    return (root + root.T) / 2
+
+
+def block_root(cov, levels=None):
+    """A square root ``L (D, D)`` of the covariance ``cov`` (``L Lᵀ = cov``, host float64),
+    block lower-triangular over ``levels (D,)`` (coordinates of a lower level first; default:
+    one level), with the symmetric root of each level's conditional covariance (the Schur
+    complement given the lower levels) on its diagonal block.
+
+    A level's coordinates are thus whitened given those of the levels below, as a
+    non-centred hierarchy is written (its group effects given its hyperparameters), and
+    within a level by the symmetric root, which permuting the coordinates permutes the same
+    way. So ``L`` does not depend on the order of the coordinates, only on their levels; a
+    Cholesky factor (one coordinate a level, in the order given) does."""
+    cov = np.asarray(cov, np.float64)
+    levels = np.zeros(cov.shape[0]) if levels is None else np.asarray(levels)
+    L = np.zeros_like(cov)
+    rest = cov.copy()  # the covariance of the coordinates not yet placed, given the placed
+    for level in np.unique(levels):
+        b, r = np.flatnonzero(levels == level), np.flatnonzero(levels > level)
+        root = _symmetric_root(rest[np.ix_(b, b)])
+        L[np.ix_(b, b)] = root
+        if r.size:
+            lower = np.linalg.solve(root, rest[np.ix_(b, r)]).T  # Σ_rb root⁻¹ (root symmetric)
+            L[np.ix_(r, b)] = lower
+            rest[np.ix_(r, r)] -= lower @ lower.T
+    return L
 
 
 def rescale(affine: Affine, loc, scale) -> Affine:
