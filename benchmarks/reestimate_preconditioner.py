@@ -48,10 +48,12 @@ def fit(entry, steps, draws, reestimate):
         z = guide._draw(jax.random.PRNGKey(5), fitted, args, kwargs, "importance", draws)
         z = np.asarray(z, np.float64)
         cov = np.cov(z.T) + 1e-9 * np.eye(z.shape[1])
+        chol = np.linalg.cholesky(cov)
         params = dict(
             params,
             auto_preconditioner_loc=jnp.asarray(z.mean(0)),
-            auto_preconditioner_scale_tril=jnp.asarray(np.linalg.cholesky(cov)),
+            auto_preconditioner_scale=jnp.asarray(chol),
+            auto_preconditioner_log_det=jnp.asarray(np.sum(np.log(np.diag(chol)))),
             auto_z_0_loc=jnp.zeros_like(params["auto_z_0_loc"]),
             auto_z_0_scale=jnp.ones_like(params["auto_z_0_scale"]),
         )

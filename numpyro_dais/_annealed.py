@@ -249,16 +249,21 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
 
     def _preconditioner(self) -> preconditioning.Affine | None:
         """The whitening ``z = m + L u`` fixed at set-up, as parameter sites
-        ``{prefix}_preconditioner_loc`` ``(D,)`` and ``{prefix}_preconditioner_scale_tril``
-        ``(D, D)`` that training never moves (their gradient is stopped: zero), so that
-        ``params`` alone define the trained guide and a saved state resumes exactly."""
+        ``{prefix}_preconditioner_loc`` ``(D,)``, ``{prefix}_preconditioner_scale``
+        ``(D, D)`` and ``{prefix}_preconditioner_log_det`` ``()`` that training never moves
+        (their gradient is stopped: zero), so that ``params`` alone define the trained guide
+        and a saved state resumes exactly."""
         if self._affine_start is None:
             return None
         p = self.prefix
-        loc, scale_tril = (np.asarray(a, _float()) for a in self._affine_start)
+        fields = zip(preconditioning.Affine._fields, self._affine_start, strict=True)
         return preconditioning.Affine(
-            jax.lax.stop_gradient(numpyro.param(f"{p}_preconditioner_loc", loc)),
-            jax.lax.stop_gradient(numpyro.param(f"{p}_preconditioner_scale_tril", scale_tril)),
+            *(
+                jax.lax.stop_gradient(
+                    numpyro.param(f"{p}_preconditioner_{name}", np.asarray(value, _float()))
+                )
+                for name, value in fields
+            )
         )
 
     def _anneal_params(self) -> dais.AnnealParams:
@@ -373,7 +378,7 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
             return self._draw(rng_key, call.fitted, args, kwargs, "q0", 1)[0]
         loc = np.asarray(q0.loc)
         if affine is not None:
-            loc = np.asarray(affine.loc) + np.asarray(affine.scale_tril) @ loc
+            loc = np.asarray(affine.loc) + np.asarray(affine.scale) @ loc
         return loc.astype(np.asarray(q0.loc).dtype)
 
     def _loss_term(self, rng_key, call, args, kwargs):

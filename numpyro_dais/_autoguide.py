@@ -305,6 +305,13 @@ class ContinuousGuide(GuideTemplate, CompiledPrograms, _numpyro.AutoContinuousBr
                 names[int(idx[pos])] = site + ("[" + ",".join(map(str, pos)) + "]" if pos else "")
         return names
 
+    def _coordinate_site_sizes(self) -> np.ndarray:
+        """``(D,)`` the number of unconstrained coordinates of each coordinate's site."""
+        sizes = np.zeros(self.latent_dim, np.int64)
+        for idx in self._view.unpack(jnp.arange(self.latent_dim)).values():
+            sizes[np.asarray(idx).ravel()] = np.size(idx)
+        return sizes
+
     def _one_program_when_eager(self, fn, rng_key):
         """``fn(rng_key, *args)`` compiled as one program when the guide runs eagerly (a loss
         evaluated outside ``jit`` would otherwise run op by op, each operation compiled on its

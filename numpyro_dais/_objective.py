@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from numpyro_dais import _sampling
 from numpyro_dais._reporting import report_diverged
-from numpyro_dais.engine import dais0, gaussian
+from numpyro_dais.engine import dais0, gaussian, preconditioning
 
 
 class LossCall(NamedTuple):
@@ -72,7 +72,7 @@ def bound(guide, rng_key, fitted, args, kwargs, batch):
     key_target, key_run, key_sym, key_pick = jax.random.split(rng_key, 4)
     N = guide.num_particles
     final = "omit" if N == 1 else "target"  # N = 1: the model's own term supplies ℓ(z_K)
-    out = _sampling.run(
+    whitened = _sampling.run_whitened(
         guide,
         key_run,
         fitted,
@@ -81,13 +81,14 @@ def bound(guide, rng_key, fitted, args, kwargs, batch):
         N,
         final,
         batch=batch,
-        mesh=guide.mesh,
         sampler=guide._train_sampler,
         key_target=key_target,
     )
+    out = _sampling.out_in_z(fitted.affine, whitened, guide.mesh)
     view, params = guide._view, fitted.model_params
     correction = guide._target.correction(view, args, kwargs, params, batch)
-    objective = out.log_Z + sym_kl_term(guide, fitted, args, kwargs, out, key_sym, batch)
+    sym_kl = sym_kl_term(guide, fitted, args, kwargs, whitened, key_sym, batch)
+    objective = out.log_Z + sym_kl
     if correction is not None and N == 1:
         objective += correction(out.z[0])
     if guide.report_divergences:  # adds 0.0: the loss keeps the check in the program
@@ -106,7 +107,7 @@ def bound(guide, rng_key, fitted, args, kwargs, batch):
     return out.z[idx], own - objective, out.num_diverged / N
 
 
-def sym_kl_term(guide, fitted, args, kwargs, out, rng_key, batch=None):
+def sym_kl_term(guide, fitted, args, kwargs, whitened, rng_key, batch=None):
     """``−(w / K) · Ĵ`` with value 0: only its gradient in ``q0``'s location counts.
 
     ``Ĵ`` estimates ``KL(q0 ‖ p) + KL(p ‖ q0)`` (:func:`engine.dais0.symmetrized_kl`) for
@@ -116,18 +117,22 @@ def sym_kl_term(guide, fitted, args, kwargs, out, rng_key, batch=None):
     transitions make the bound flat; the scale follows the bound alone, whose finite-K
     optimum sits nearer the posterior's marginal stds than the symmetrised-KL fit does.
     The model's parameters, the scale, the particles and the weights are held fixed in
-    it, so the transitions and the model see only the bound.
+    it, so the transitions and the model see only the bound. ``whitened``: the particle
+    system in the sampler's coordinates (:func:`~numpyro_dais._sampling.run_whitened`),
+    where the term is evaluated (the symmetrised KL is invariant under the whitening, and
+    ``q0`` is diagonal or triangular there).
     """
     if not guide.sym_kl_weight:
         return 0.0
     q0 = fitted.q0
     fixed = jax.lax.stop_gradient(fitted.model_params)
     anchor = guide._target.anchor(guide._view, args, kwargs, fixed, rng_key, batch)
-    # in z, where `out` is (the symmetrised KL is invariant under the whitening)
-    scale = jax.lax.stop_gradient(q0.scale)
-    located = _sampling.in_z(fitted.affine, q0._replace(scale=scale))
-    z0 = located.loc + jax.lax.stop_gradient(out.z0 - located.loc)  # moves with the loc
+    if fitted.affine is not None:  # ℓ in u, less the constant log |det L|
+        anchor_z = anchor
+        anchor = lambda u: anchor_z(preconditioning.to_z(fitted.affine, u))  # noqa: E731
+    located = q0._replace(scale=jax.lax.stop_gradient(q0.scale))
+    u0 = q0.loc + jax.lax.stop_gradient(whitened.z0 - q0.loc)  # moves with the loc
     J = dais0.symmetrized_kl(
-        lambda z: gaussian.log_prob(located, z), anchor, z0, out.z, out.log_weights
+        lambda u: gaussian.log_prob(located, u), anchor, u0, whitened.z, whitened.log_weights
     )
     return -(guide.sym_kl_weight / guide.K) * (J - jax.lax.stop_gradient(J))

@@ -49,6 +49,12 @@ def run(guide, rng_key, fitted: Fitted, args, kwargs, N, final, **options):
     queries), ``key_target`` (the key the target draws a mini-batch with; ``None``: split
     from ``rng_key``, else ``rng_key`` runs the sampler as it is).
     """
+    out = run_whitened(guide, rng_key, fitted, args, kwargs, N, final, **options)
+    return out_in_z(fitted.affine, out, options.get("mesh"))
+
+
+def run_whitened(guide, rng_key, fitted: Fitted, args, kwargs, N, final, **options):
+    """:func:`run`, its particles left in the sampler's coordinates (``u`` when whitened)."""
     key_target = options.get("key_target")
     if key_target is None:
         key_target, rng_key = jax.random.split(rng_key)
@@ -59,14 +65,18 @@ def run(guide, rng_key, fitted: Fitted, args, kwargs, N, final, **options):
     if affine is not None:
         target = preconditioning.whiten(target, affine)
     sampler = options.get("sampler") or guide._sampler
-    out = samplers.run(sampler, rng_key, q0, target, anneal, N, trace=options.get("trace", False))
+    return samplers.run(sampler, rng_key, q0, target, anneal, N, trace=options.get("trace", False))
+
+
+def out_in_z(affine, out, mesh=None):
+    """A sampler's output ``out`` of :func:`run_whitened` in ``z``; with a ``mesh``, its
+    particles split over the mesh's devices."""
     if affine is not None:
         out = out._replace(
             z0=preconditioning.to_z(affine, out.z0),
             z=preconditioning.to_z(affine, out.z),
             log_final_target=out.log_final_target - preconditioning.log_abs_det(affine),
         )
-    mesh = options.get("mesh")
     if mesh is None:
         return out
     particles = ("z0", "z", "log_weights", "log_final_target")

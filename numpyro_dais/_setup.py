@@ -52,7 +52,7 @@ class SetUp(NamedTuple):
     """What the set-up fixes for the rest of a guide's life."""
 
     affine: preconditioning.Affine | None
-    """``z = loc + scale_tril u``: the Laplace whitening (float64, host), or ``None``
+    """``z = loc + scale u``: the Laplace whitening (float64, host), or ``None``
     (``q0`` and the transitions run in ``z``)."""
     step_bounds: tuple
     """``(eta_init, eta_max)`` in use."""
@@ -115,7 +115,7 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
             whitening = mode.neg_hessian
         else:
             centre = _newton_finish(mode.z, whitening, linear[1])
-        affine = preconditioning.laplace(centre, whitening)
+        affine = preconditioning.laplace(centre, whitening, guide._coordinate_site_sizes())
         funnel = _funnel_rise(affine, mode, np.asarray(init))
         if funnel is not None and guide._noncentre_hierarchy(args, kwargs):
             # once: the hierarchy's Normal sites now run non-centred, where a mode exists
@@ -170,18 +170,18 @@ def _refine(guide, args, kwargs, model_params, affine, dtype):
     (the bulk's correlations) gave the GLMM's sds exactly but let q0 drift into eight
     schools' funnel neck in training (3 sds off after 5,000 steps)."""
     key = jax.random.key(0)
-    loc, scale_tril = (np.asarray(x, dtype) for x in affine)
+    loc, scale = (np.asarray(x, dtype) for x in affine[:2])
     eps = refinement.antithetic_draws(REFINE_DRAWS, loc.shape[0], dtype)
 
-    def run(dynamics, start, loc, scale_tril, eps, fit):
+    def run(dynamics, start, loc, scale, eps, fit):
         with jax.default_matmul_precision("highest"):
-            log_density = lambda u: start(loc + scale_tril @ u)  # noqa: E731
+            log_density = lambda u: start(loc + scale @ u)  # noqa: E731
             if fit:
                 return refinement.refine(log_density, eps)
             return refinement.residual(log_density, eps)
 
     def on_start(fit):
-        operands = loc, scale_tril, eps, fit
+        operands = loc, scale, eps, fit
         runs = {"runs": REFINE_RUNS} if fit else {}
         return guide._on_dynamics(run, args, kwargs, model_params, key, *operands, **runs)
 
@@ -194,10 +194,8 @@ def _refine(guide, args, kwargs, model_params, affine, dtype):
     refined = jax.tree.map(np.asarray, on_start(True))
     if not _moved(refined):
         return affine, refined
-    L = np.asarray(affine.scale_tril, np.float64)
-    loc = np.asarray(affine.loc, np.float64) + L @ refined.loc.astype(np.float64)
     scale = np.exp(refined.log_scale.astype(np.float64))
-    return preconditioning.Affine(loc, L * scale[None, :]), refined
+    return preconditioning.rescale(affine, refined.loc, scale), refined
 
 
 #: ``rise / (½ d²)`` below which the end point of the mode search is taken for a degenerate
@@ -236,7 +234,7 @@ def _funnel_rise(affine, mode, init):
     density grows without bound there: a centred hierarchy's funnel), else ``None``."""
     if affine is None:
         return None
-    d = np.linalg.solve(np.asarray(affine.scale_tril), init - np.asarray(affine.loc))
+    d = np.linalg.solve(np.asarray(affine.scale), init - np.asarray(affine.loc))
     predicted = 0.5 * float(d @ d)
     if predicted > 50.0 and float(mode.rise) < DEGENERATE_RATIO * predicted:
         return float(mode.rise), predicted

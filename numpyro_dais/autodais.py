@@ -50,15 +50,17 @@ class AutoDAIS(AnnealedGuide):
         whitened (``laplace_init=False``, ``D > 512``, or no usable mode at set-up).
     :param bool laplace_init: ``True`` (default): at set-up (``D ≤ 512``) find a mode ``m``
         by damped Newton ascent from ``init_loc_fn``'s point and run ``q0`` and the
-        transitions in ``u = L⁻¹(z − m)``, ``L Lᵀ`` the Laplace covariance there, with
-        ``q0`` starting at ``N(0, I)`` in ``u`` (where the mode's Gaussian is far from the
-        posterior's bulk, as in a hierarchy whose mode overfits its groups, refined first by
-        Gaussian VI: :attr:`refinement`); the whitening is stored in ``params``
-        (``{prefix}_preconditioner_loc``, ``{prefix}_preconditioner_scale_tril``, never
-        trained). A set-up that cannot be trusted (no finite Hessian, no mode) warns with
-        the fix. ``False``: ``q0`` starts exactly at ``init_loc_fn`` with ``init_scale`` in
-        ``z`` and its location is a plain parameter (e.g. to hold a fixed ``q0``, as in the
-        DSMCS paper's benchmarks).
+        transitions in ``u = L⁻¹(z − m)``, ``L Lᵀ = Σ`` the Laplace covariance there
+        (``L``: the sites' coordinates whitened by the symmetric root, smaller sites first,
+        so that the result does not depend on the order of the model's sites), with ``q0``
+        starting at ``N(0, I)`` in ``u`` (where the mode's Gaussian is far from the
+        posterior's bulk, as in a hierarchy whose mode overfits its groups, refined first
+        by Gaussian VI: :attr:`refinement`); the whitening is stored in ``params``
+        (``{prefix}_preconditioner_loc``, ``_scale`` and ``_log_det``, never trained). A
+        set-up that cannot be trusted (no finite Hessian, no mode) warns with the fix.
+        ``False``: ``q0`` starts exactly at ``init_loc_fn`` with ``init_scale`` in ``z``
+        and its location is a plain parameter (e.g. to hold a fixed ``q0``, as in the DSMCS
+        paper's benchmarks).
     :param noncentre: ``"auto"`` (default): when the mode search at set-up runs into a
         funnel (a centred hierarchy, whose density grows without bound as a group scale
         goes to 0), run the hierarchy's ``Normal`` sites whose scale is a function of other

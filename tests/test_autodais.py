@@ -425,7 +425,7 @@ def test_q0_is_the_posterior_object():
     post = guide.get_posterior(params)
     assert isinstance(post, dist.MultivariateNormal)
     # params hold q0 of the whitened u; z = m + L u with the whitening fixed at set-up
-    m, L = params["auto_preconditioner_loc"], params["auto_preconditioner_scale_tril"]
+    m, L = params["auto_preconditioner_loc"], params["auto_preconditioner_scale"]
     np.testing.assert_allclose(
         guide.median(params)["z"], m + L @ params["auto_z_0_loc"], rtol=1e-5, atol=1e-6
     )

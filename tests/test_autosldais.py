@@ -376,7 +376,7 @@ def test_dais0_term_anchors_q0_at_the_posterior_not_the_surrogates():
     params = init_params(with_term, gaussian_mean, y, 10)
     init_params(without, gaussian_mean, y, 10)
     m = float(params["auto_preconditioner_loc"][0])
-    L = float(params["auto_preconditioner_scale_tril"][0, 0])
+    L = float(params["auto_preconditioner_scale"][0, 0])
     at_posterior = {
         "auto_z_0_loc": jnp.array([(mean - m) / L]),
         "auto_z_0_scale": jnp.array([sd / L]),
@@ -429,7 +429,7 @@ def test_set_up_starts_at_the_full_data_mode_with_its_laplace_covariance():
     guide = AutoSurrogateLikelihoodDAIS(model, num_surrogate=16)
     params = init_params(guide, model, jnp.asarray(X, jnp.float32), jnp.asarray(y))
     loc = np.asarray(params["auto_preconditioner_loc"], np.float64)
-    L = np.asarray(params["auto_preconditioner_scale_tril"], np.float64)
+    L = np.asarray(params["auto_preconditioner_scale"], np.float64)
     assert np.max(np.abs(loc - mean) / sd) < 2e-3, (loc - mean) / sd
     assert np.max(np.abs(np.log(np.sqrt(np.diag(L @ L.T)) / sd))) < 2e-3
 

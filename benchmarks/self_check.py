@@ -1,0 +1,333 @@
+"""Every seed, and a self-check calibrated on a labelled set of fits.
+
+Fits ``AutoDAIS`` on the small models of ``time_to_answer`` (``real_models`` and
+``model_families``, against their NUTS references) with several training seeds and two
+settings (the defaults, and ``K=8, num_particles=8``), each trained by
+:func:`numpyro_dais.run_until_converged` (Adam 1e-2), then draws 4,000 ``q0`` draws (the
+default ``sample_posterior``) and 4,000 importance draws. Each fit is labelled **wrong**
+when its ``q0`` draws are more than 0.3 reference sds off in a mean or 0.25 off in a log sd
+(any latent coordinate, constrained space), and keeps the raw statistics of the ``q0``
+self-check (:meth:`~numpyro_dais.AutoDAIS.transport_check`, run by ``run_until_converged``):
+the end points' largest mean shift and std ratio, and the Metropolis-adjusted Langevin
+chains' largest std ratio. The report gives, per model, the median and the worst seed, and
+for the self-check's tolerances the misses (wrong, and no warning) and the false alarms (a
+self-check warning on a right fit) they would give on this set.
+
+Run from the repository root: ``python -m benchmarks.self_check [--quick | --smoke]
+[--cases a,b] [--shard i/n]``; shards write ``.self_check.<i>.jsonl`` beside the results
+and ``--report`` writes the tables from every shard's rows.
+"""
+
+import argparse
+import json
+import time
+import warnings
+
+import jax
+import numpy as np
+import optax
+from numpyro.infer import SVI, Trace_ELBO
+
+import numpyro_dais
+from benchmarks import time_to_answer as tta
+from benchmarks._common import RESULTS_DIR, markdown_table, output_name, write_results
+
+NAME = "self_check"
+MODULE = f"benchmarks.{NAME}"
+TITLE = "Every seed, and the q0 self-check calibrated on a labelled set of fits"
+
+#: a ``q0`` more than this far off is wrong (reference sds; absolute log sd ratio)
+WRONG_MEAN = 0.3
+WRONG_LOG_SD = 0.25
+DRAWS = 4000
+SETTINGS_OF_GUIDE = {"defaults": {}, "K=8 N=8": {"K": 8, "num_particles": 8}}
+
+MODES = {
+    "full": dict(seeds={"defaults": 5, "K=8 N=8": 2}, cases=None, max_steps=10_000, window=250),
+    "quick": dict(
+        seeds={"defaults": 2, "K=8 N=8": 1},
+        cases=("eight_schools_noncentred", "radon", "kid_score", "student_t", "funnel"),
+        max_steps=10_000,
+        window=250,
+    ),
+    "smoke": dict(seeds={"defaults": 1}, cases=("kid_score",), max_steps=200, window=50),
+}
+
+
+def small_cases():
+    """The cases of ``time_to_answer`` with a NUTS reference and a few dozen latents."""
+    return [c for c in tta.case_names() if not c.startswith(("logistic_", "hierarchical_", "ode_"))]
+
+
+def _largest(report_dict, log=False):
+    """The largest ``|value|`` (``|log value|`` with ``log``) over a report's ``{site:
+    array}``, keeping its sign (direction); NaN where there is none."""
+    values = np.concatenate([np.ravel(np.asarray(v, np.float64)) for v in report_dict.values()])
+    values = np.log(values) if log else values
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return float("nan")
+    return float(values[np.argmax(np.abs(values))])
+
+
+def fit(case_name, setting, seed, max_steps, window):
+    """One labelled fit: a row of errors, warnings and the self-check's statistics."""
+    case = tta.load_case(case_name)
+    guide = numpyro_dais.AutoDAIS(case.model, **SETTINGS_OF_GUIDE[setting])
+    svi = SVI(case.model, guide, optax.adam(tta.LR), Trace_ELBO())
+    sites = tta.latent_sites(case.model, case.args, case.kwargs)
+    row = dict(case=case_name, setting=setting, seed=seed, error="")
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            run = numpyro_dais.run_until_converged(
+                svi,
+                jax.random.key(seed),
+                *case.args,
+                max_steps=max_steps,
+                window=window,
+                progress_bar=False,
+                **case.kwargs,
+            )
+            answers = {}
+            for label, kw in (("q0", {}), ("importance", {"method": "importance"})):
+                draws = guide.sample_posterior(
+                    jax.random.key(1000 + seed),
+                    run.params,
+                    *case.args,
+                    sample_shape=(DRAWS,),
+                    **kw,
+                    **case.kwargs,
+                )
+                answers[label] = tta.errors(case, tta.flatten(draws, sites))
+        except Exception as e:  # a crash is a wrong fit, and it says so
+            row["error"] = f"{type(e).__name__}: {e}"[:200]
+            run, answers = None, {}
+    row["seconds"] = time.perf_counter() - start
+    row["steps"] = None if run is None else int(run.num_steps)
+    for label in ("q0", "importance"):
+        mean, log_sd = answers.get(label, (float("nan"), float("nan")))
+        row[f"{label}_mean"], row[f"{label}_log_sd"] = mean, log_sd
+    check = None if run is None else run.check
+    row["check_ok"] = None if check is None else bool(check.ok)
+    row["shift"] = float("nan") if check is None else _largest(check.mean_shift)
+    row["end_ratio"] = float("nan") if check is None else _largest(check.std_ratio, log=True)
+    chains = None if check is None else check.chain_std_ratio
+    row["chain_ratio"] = float("nan") if chains is None else _largest(chains, log=True)
+    messages = [f"{w.category.__name__}: {w.message}" for w in caught]
+    row["self_check_warned"] = any("q0 " in m and "UserWarning" in m for m in messages)
+    row["warnings"] = sorted({m[:160] for m in messages})
+    return row
+
+
+def wrong(row):
+    """The fit's ``q0`` draws are wrong (or it crashed)."""
+    m, s = row["q0_mean"], row["q0_log_sd"]
+    return bool(row["error"]) or not (m <= WRONG_MEAN and s <= WRONG_LOG_SD)
+
+
+def warned(row):
+    """Any warning reached the user."""
+    return bool(row["warnings"]) or bool(row["error"])
+
+
+def verdict(row, chain_tol, shift_tol=0.5, end_tol=2.0):
+    """Whether the self-check fails the fit at these tolerances (the chains' std ratio,
+    the end points' mean shift and std ratio), from its raw statistics."""
+    c, s, e = row["chain_ratio"], row["shift"], row["end_ratio"]
+    fails = False
+    if np.isfinite(c):
+        fails |= abs(c) > np.log(chain_tol)
+    if np.isfinite(s):
+        fails |= abs(s) > shift_tol
+    if np.isfinite(e):
+        fails |= abs(e) > np.log(end_tol)
+    return bool(fails)
+
+
+def _fmt(x, digits=2):
+    return "nan" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"
+
+
+def fits_table(rows):
+    headers = [
+        "model",
+        "setting",
+        "seed",
+        "steps",
+        "q0 mean / log sd",
+        "importance",
+        "wrong",
+        "warned",
+        "chain ratio",
+        "end shift",
+        "end ratio",
+    ]
+    body = []
+    for r in rows:
+        body.append(
+            [
+                r["case"],
+                r["setting"],
+                r["seed"],
+                r["steps"],
+                f"{_fmt(r['q0_mean'])} / {_fmt(r['q0_log_sd'])}",
+                f"{_fmt(r['importance_mean'])} / {_fmt(r['importance_log_sd'])}",
+                "✗" if wrong(r) else "",
+                "⚠" if warned(r) else "",
+                _fmt(np.exp(r["chain_ratio"]) if np.isfinite(r["chain_ratio"]) else float("nan")),
+                _fmt(r["shift"]),
+                _fmt(np.exp(r["end_ratio"]) if np.isfinite(r["end_ratio"]) else float("nan")),
+            ]
+        )
+    return markdown_table(headers, body)
+
+
+def seeds_table(rows):
+    """Per model and setting: the median and the worst seed's ``q0`` and importance errors
+    (the larger of mean error and log sd error)."""
+    headers = [
+        "model",
+        "setting",
+        "seeds",
+        "q0 median",
+        "q0 worst",
+        "importance median",
+        "importance worst",
+        "wrong seeds",
+        "unwarned wrong",
+    ]
+    body = []
+    keys = sorted({(r["case"], r["setting"]) for r in rows}, key=lambda k: (k[1], k[0]))
+    for case, setting in keys:
+        rs = [r for r in rows if r["case"] == case and r["setting"] == setting]
+        q0 = [max(r["q0_mean"], r["q0_log_sd"]) for r in rs]
+        imp = [max(r["importance_mean"], r["importance_log_sd"]) for r in rs]
+        q0 = [x if np.isfinite(x) else np.inf for x in q0]
+        imp = [x if np.isfinite(x) else np.inf for x in imp]
+        body.append(
+            [
+                case,
+                setting,
+                len(rs),
+                _fmt(np.median(q0)),
+                _fmt(max(q0)),
+                _fmt(np.median(imp)),
+                _fmt(max(imp)),
+                sum(wrong(r) for r in rs),
+                sum(wrong(r) and not warned(r) for r in rs),
+            ]
+        )
+    return markdown_table(headers, body)
+
+
+def tolerance_table(rows, chain_tols=(1.2, 1.3, 1.4, 1.5, 1.6, 1.8, 2.0)):
+    """Misses and false alarms on this set as the chains' tolerance varies (the end points'
+    at the library's 0.5 and 2): a miss is a wrong fit that no warning reaches, counting the
+    warnings other than the self-check's as they came; a false alarm is a right fit the
+    self-check fails."""
+    headers = ["chains' std ratio tolerance", "wrong fits", "missed", "right fits", "false alarms"]
+    body = []
+    n_wrong = sum(wrong(r) for r in rows)
+    n_right = len(rows) - n_wrong
+    for tol in chain_tols:
+        missed = alarms = 0
+        for r in rows:
+            other = any("q0 " not in w for w in r["warnings"]) or bool(r["error"])
+            fails = verdict(r, tol)
+            if wrong(r) and not (fails or other):
+                missed += 1
+            if not wrong(r) and fails:
+                alarms += 1
+        body.append([f"{tol:g}", n_wrong, missed, n_right, alarms])
+    return markdown_table(headers, body)
+
+
+def report(rows):
+    n = len(rows)
+    n_wrong = sum(wrong(r) for r in rows)
+    missed = [r for r in rows if wrong(r) and not warned(r)]
+    alarms = [r for r in rows if not wrong(r) and r["self_check_warned"]]
+    lines = [
+        "A fit is wrong when its q0 draws are more than "
+        f"{WRONG_MEAN} reference sds off in a mean or {WRONG_LOG_SD} off in a log sd.",
+        "",
+        f"* fits: {n}; wrong: {n_wrong}; wrong with no warning (missed): {len(missed)}; "
+        f"right but the self-check warned (false alarms): {len(alarms)}",
+        "",
+        "## Per model: median and worst seed",
+        "",
+        "Errors are the larger of the max mean error (reference sds) and the max |log sd ratio|.",
+        "",
+        seeds_table(rows),
+        "",
+        "## The self-check's tolerances on this set",
+        "",
+        tolerance_table(rows),
+        "",
+        "## Every fit",
+        "",
+        fits_table(rows),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=TITLE)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quick", action="store_true")
+    group.add_argument("--smoke", action="store_true")
+    parser.add_argument("--out-dir", type=__import__("pathlib").Path, default=RESULTS_DIR)
+    parser.add_argument("--cases", default=None)
+    parser.add_argument("--shard", default="0/1", help="i/n: run every n-th fit from the i-th")
+    parser.add_argument("--report", action="store_true", help="write the tables from the rows")
+    args = parser.parse_args(argv)
+    mode = "quick" if args.quick else "smoke" if args.smoke else "full"
+    cfg = MODES[mode]
+    name = output_name(NAME, mode)
+    out_dir = args.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not args.report:
+        cases = args.cases.split(",") if args.cases else list(cfg["cases"] or small_cases())
+        jobs = [
+            (c, setting, seed)
+            for setting, num_seeds in cfg["seeds"].items()
+            for seed in range(num_seeds)
+            for c in cases
+        ]
+        i, n = (int(x) for x in args.shard.split("/"))
+        path = out_dir / f".{name}.{i}.jsonl"
+        done = set()
+        if path.exists():
+            done = {
+                (r["case"], r["setting"], r["seed"])
+                for r in map(json.loads, path.read_text().splitlines())
+            }
+        for job in jobs[i::n]:
+            if job in done:
+                continue
+            row = fit(*job, cfg["max_steps"], cfg["window"])
+            with path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(
+                f"{row['case']:26s} {row['setting']:8s} {row['seed']} "
+                f"q0 {_fmt(row['q0_mean'])}/{_fmt(row['q0_log_sd'])} "
+                f"{'✗' if wrong(row) else '✓'}{'⚠' if warned(row) else ''} "
+                f"chains {_fmt(row['chain_ratio'])} {row['seconds']:.0f}s",
+                flush=True,
+            )
+    rows = [
+        json.loads(line)
+        for p in sorted(out_dir.glob(f".{name}.*.jsonl"))
+        for line in p.read_text().splitlines()
+        if line
+    ]
+    rows.sort(key=lambda r: (r["setting"], r["case"], r["seed"]))
+    (out_dir / f"{name}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    path = write_results(out_dir, NAME, mode, TITLE, MODULE, report(rows))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
