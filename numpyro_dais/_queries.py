@@ -102,7 +102,8 @@ class PosteriorQueries:
             _sampling.warn_if_not_finite(type(self).__name__, draws, method, n)
             S = n * (self.num_particles if method in ("importance", "psis") else 1)
             what = f"the weights behind the {method!r} draws (S = {S})"
-            _sampling.warn_if_heavy_tailed(type(self).__name__, k, S, what)
+            resampling = self._sampler.resampling is not None
+            _sampling.warn_if_heavy_tailed(type(self).__name__, k, S, what, resampling)
         return (draws, k) if return_pareto_k else draws
 
     def _annealing_runs(self, num_systems, batch_size=None, method="importance"):
@@ -161,7 +162,11 @@ class PosteriorQueries:
         resampled = self._sampler.resampling is not None and batch_size is not None
         system = min(batch_size, num_particles) if resampled else num_particles
         _sampling.warn_if_heavy_tailed(
-            type(self).__name__, out.pareto_k, system, f"log_evidence's weights (S = {system})"
+            type(self).__name__,
+            out.pareto_k,
+            system,
+            f"log_evidence's weights (S = {system})",
+            self._sampler.resampling is not None,
         )
         return out
 

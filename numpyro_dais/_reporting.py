@@ -3,10 +3,14 @@ the rule that progress and warnings come from process 0 only (:func:`on_main_pro
 
 import functools
 import math
+import os
+import sys
 import warnings
 
 import jax
 import jax.numpy as jnp
+import numpyro
+import optax
 from jax.custom_batching import custom_vmap
 
 from numpyro_dais._hostcall import host_call
@@ -20,11 +24,28 @@ def on_main_process() -> bool:
     return jax.process_index() == 0
 
 
-def warn(message, category=UserWarning, stacklevel=1):
-    """``warnings.warn(message, category, stacklevel)`` in process 0 only
-    (:func:`on_main_process`); ``stacklevel`` counts from the caller, as ``warnings.warn``'s."""
+#: the packages whose frames a warning passes over to reach the line that called them
+_LIBRARIES = tuple(
+    os.path.dirname(m.__file__) + os.sep
+    for m in (sys.modules[__name__.rpartition(".")[0]], numpyro, jax, optax)
+)
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of :func:`warn`'s ``warnings.warn`` that names the first frame
+    outside this library, numpyro, JAX and optax: the user's line (a call of
+    ``sample_posterior``, ``svi.run``), wherever in the library the warning comes from."""
+    frame, level = sys._getframe(2), 2  # the caller of warn
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def warn(message, category=UserWarning):
+    """``warnings.warn(message, category)`` attributed to the user's line
+    (:func:`_user_stacklevel`), in process 0 only (:func:`on_main_process`)."""
     if on_main_process():
-        warnings.warn(message, category, stacklevel=stacklevel + 1)
+        warnings.warn(message, category, stacklevel=_user_stacklevel())
 
 
 def warn_from_jit(warn_fn, counts, total, values=()) -> jax.Array:
@@ -93,7 +114,7 @@ def _warn_diverged(guide_name, step_info, fell_back, num_diverged, total):
                 " If training ran well before this, the learning rate may have thrown the "
                 "parameters off: lower it, or run SVI with `stable_update=True`."
             )
-    warn(msg, RuntimeWarning, stacklevel=2)
+    warn(msg, RuntimeWarning)
 
 
 def report_diverged(guide_name, num_diverged, total, step_info="", fell_back=False):
@@ -130,7 +151,6 @@ def _warn_gpvi(
             "this persists, give the latent site a support that excludes the region (a "
             "constrained distribution) so that the guide cannot reach it.",
             RuntimeWarning,
-            stacklevel=2,
         )
     if n_fb and is_helper:
         warn(
@@ -139,14 +159,12 @@ def _warn_gpvi(
             "J^-T v ≈ v / λ instead of its prediction. Lower the helper's learning rate "
             "(AutoGPVI.split_optimizer) or use jacobian='exact'.",
             RuntimeWarning,
-            stacklevel=2,
         )
     elif n_fb:
         warn(
             f"{guide_name}: the generator Jacobian was singular at {n_fb} of {total} "
             "particles; this step used J^-T v ≈ v / λ there.",
             RuntimeWarning,
-            stacklevel=2,
         )
 
 

@@ -173,20 +173,29 @@ def warn_if_not_finite(guide_name, draws, method, num_draws):
             "posterior: train longer (the step sizes shorten after divergences), pass a "
             "smaller `eta_max`, or draw from q0 (method='q0').",
             RuntimeWarning,
-            stacklevel=4,
         )
 
 
-def warn_if_heavy_tailed(guide_name, k, num_draws, what):
+#: the fix a heavy tail of weights calls for where the particles are never resampled
+FIX_WITHOUT_RESAMPLING = (
+    "more particles, a larger K, or a better-trained guide. A posterior with separated "
+    "modes gives such tails too: q0 and its end points then cover only the modes q0 "
+    "reaches (the draws stay there); AutoDSMCS, whose resampling carries particles "
+    "between modes, reaches the others"
+)
+
+
+def warn_if_heavy_tailed(guide_name, k, num_draws, what, resampling=True):
     """Warn when the Pareto ``k̂`` of ``num_draws`` weights is above the reliable threshold
     (:func:`numpyro_dais.engine.psis.pareto_k_warning`); nothing under ``jit``, nor with 20
-    draws or fewer (no tail to fit)."""
+    draws or fewer (no tail to fit). ``resampling=False``: the guide never resamples its
+    particles, and the fix also names the one that does."""
     if isinstance(k, jax.core.Tracer) or num_draws <= 20:
         return
     fit = psis.ParetoK(np.asarray(k), np.nan, np.nan, num_draws)
-    message = psis.pareto_k_warning(fit, what)
+    message = psis.pareto_k_warning(fit, what, None if resampling else FIX_WITHOUT_RESAMPLING)
     if message is not None:
-        warn(f"{guide_name}: {message}", RuntimeWarning, stacklevel=4)
+        warn(f"{guide_name}: {message}", RuntimeWarning)
 
 
 def log_evidence(guide, rng_key, fitted, args, kwargs, num_particles, batch_size, mesh=None):

@@ -55,7 +55,7 @@ def _fingerprint(params) -> str | None:
     return digest.hexdigest()
 
 
-def check_q0_once(guide, params, stacklevel=4) -> TransportReport | None:
+def check_q0_once(guide, params) -> TransportReport | None:
     """Run ``guide.transport_check`` on the set-up data the first time ``params`` are used
     for ``q0`` draws, if ``guide.self_check``; its warning carries the fix. Returns its
     report, ``None`` where it did not run (off, done before for these ``params``, under
@@ -81,7 +81,6 @@ def check_q0_once(guide, params, stacklevel=4) -> TransportReport | None:
             f"{report.message} (Checked once for these params on the set-up data, before "
             "their first use as the posterior; `self_check=False` skips the check.)",
             UserWarning,
-            stacklevel=stacklevel,
         )
     return report
 
@@ -230,7 +229,7 @@ def transport_verdict(guide, check, mean_tol, std_ratio_tol, warn, chains=None) 
     if not chains_ok:
         message = chains_message if end_points_ok else f"{message} Also: {chains_message}"
     if warn and not ok:
-        warn(message, UserWarning, stacklevel=3)
+        warn(message, UserWarning)
     unpack = lambda x: {k: np.asarray(v) for k, v in guide._view.unpack(x).items()}
     chain_ratio = None if chain_ratio is None else unpack(chain_ratio)
     return TransportReport(ok, unpack(shift), unpack(ratio), names[i], message, chain_ratio)

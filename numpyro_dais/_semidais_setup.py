@@ -135,7 +135,6 @@ class SemiDAISSetUp:
                     "size; using numpyro's eta_max=0.1. Pass `eta_max` (below the local "
                     "posterior's scale), or call `svi.init` outside jit.",
                     UserWarning,
-                    stacklevel=5,
                 )
                 eta_max = 0.1
         (eta_init, eta_max), _ = step_bounds(
@@ -180,7 +179,6 @@ class SemiDAISSetUp:
                 "expansion points at the prior medians, which can take many more steps. Pass "
                 "`base='gaussian'` to skip the fit.",
                 UserWarning,
-                stacklevel=6,
             )
         return fit
 

@@ -256,7 +256,6 @@ def _laplace_affine(name, mode, affine, funnel):
             "inside the support where the density is smooth (e.g. "
             "`init_loc_fn=init_to_median`), or check the model for NaNs at its initial point.",
             UserWarning,
-            stacklevel=4,
         )
         return None
     if funnel is not None:
@@ -273,7 +272,6 @@ def _laplace_affine(name, mode, affine, funnel):
             "sites, or write theta = mu + tau * theta_raw), and check the fit with "
             "`transport_check`.",
             UserWarning,
-            stacklevel=4,
         )
         return None
     decrement = float(mode.decrement)
@@ -288,7 +286,6 @@ def _laplace_affine(name, mode, affine, funnel):
             "better start (`init_loc_fn=init_to_median`), or use `laplace_init=False`; "
             "check the fit with `transport_check` or against `method='importance'` draws.",
             UserWarning,
-            stacklevel=4,
         )
     return affine
 
@@ -339,7 +336,6 @@ def _warn_if_stiff(name, lam, init_scale, dim, laplace_init):
             "the posterior's scale. Fix: start inside the support where the density is "
             "smooth (e.g. `init_loc_fn=init_to_median`), or pass `eta_max`.",
             UserWarning,
-            stacklevel=4,
         )
         return
     if lam * init_scale**2 <= STIFFNESS_WARN:
@@ -356,5 +352,4 @@ def _warn_if_stiff(name, lam, init_scale, dim, laplace_init):
         f"`init_scale={width:.2g}` and a learning rate that decays below {width / 10:.1g} "
         "(e.g. optax.exponential_decay); check the fit with `transport_check`.",
         UserWarning,
-        stacklevel=4,
     )

@@ -156,7 +156,6 @@ class AutoGPVI(ContinuousGuide):
                 "AutoGPVI's `method` is now `algorithm` (sample_posterior's `method` means "
                 "something else); pass algorithm=... instead.",
                 FutureWarning,
-                stacklevel=2,
             )
             algorithm = method
         self.num_particles = check_positive_int("num_particles", num_particles, minimum=2)

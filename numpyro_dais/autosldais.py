@@ -50,7 +50,6 @@ def surrogate_target(guide, annealing, surrogate, smc=False):
             "bound is biased upwards when the plate subsamples (B < Nd) and may exceed "
             "log Z. Use num_particles=1 for an unbiased bound.",
             UserWarning,
-            stacklevel=3,
         )
     if dynamics == "naive":
         return NaiveMiniBatch()

@@ -120,7 +120,7 @@ def _final_check(guide, params):
     where it fails), ``None`` for other guides or where it is off."""
     if not isinstance(guide, AnnealedGuide) or guide.posterior_method != "q0":
         return None
-    return check_q0_once(guide, params, stacklevel=4)
+    return check_q0_once(guide, params)
 
 
 def _raise_if_not_finite(mean, done):
@@ -233,7 +233,6 @@ def run_until_converged(
             "params are the last iterate's. Fix: raise `max_steps`, or continue with "
             "`init_state=result.state`.",
             RuntimeWarning,
-            stacklevel=2,
         )
     check = _final_check(svi.guide, params)
     return ConvergedRun(params, state, jnp.asarray(np.concatenate(losses)), done, converged, check)

@@ -79,10 +79,11 @@ def test_an_annealed_guide_is_judged_by_its_self_check_once():
 
 def test_still_improving_at_max_steps_warns_and_returns_the_last_iterate():
     svi = SVI(normal_mean, AutoNormal(normal_mean), optax.adam(1e-3), Trace_ELBO())
-    with pytest.warns(RuntimeWarning, match="still improving.*max_steps"):
+    with pytest.warns(RuntimeWarning, match="still improving.*max_steps") as got:
         out = run_until_converged(
             svi, jax.random.key(0), Y + 100.0, max_steps=80, window=20, progress_bar=False
         )
+    assert {w.filename for w in got if "still improving" in str(w.message)} == {__file__}
     assert not out.converged and out.num_steps == 80
     np.testing.assert_allclose(out.params["mu_auto_loc"], svi.get_params(out.state)["mu_auto_loc"])
 

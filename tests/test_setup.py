@@ -92,8 +92,10 @@ def test_a_hessian_that_is_not_finite_is_loud():
         numpyro.factor("nan_curvature", -square(z))
 
     guide = AutoDAIS(model)
-    with pytest.warns(UserWarning, match="Laplace start was skipped.*init_to_median"):
+    with pytest.warns(UserWarning, match="Laplace start was skipped.*init_to_median") as got:
         _svi(model, guide).init(jax.random.key(0))
+    # named at the user's call of svi.init, through numpyro's frames and the library's
+    assert {w.filename for w in got if "Laplace" in str(w.message)} == {__file__}
 
 
 # -- hierarchies --------------------------------------------------------------------------
@@ -265,8 +267,9 @@ def test_q0_used_as_the_posterior_is_checked_once():
     svi = _svi(models.linear_gaussian, guide)
     params = svi.get_params(svi.init(jax.random.key(0), y))
     moved = {**params, "auto_z_0_loc": mean + 3 * sd, "auto_z_0_scale": 0.8 * sd}
-    with pytest.warns(UserWarning, match="q0 disagrees.*Checked once.*self_check=False"):
+    with pytest.warns(UserWarning, match="q0 disagrees.*Checked once.*self_check=False") as got:
         guide.median(moved)
+    assert {w.filename for w in got if "q0 disagrees" in str(w.message)} == {__file__}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         guide.quantiles(moved, [0.5])
