@@ -180,14 +180,14 @@ def refit(captured, fit, runs=_setup.REFINE_RUNS):
     """``(seconds, Refinement)``: ``fit(log_density, eps)`` on the objective the set-up
     refined, as the set-up runs it (one program compiled for ``runs`` loop bodies,
     compilation included)."""
-    loc, scale_tril = (np.asarray(x, captured["dtype"]) for x in captured["affine"])
+    loc, scale = (np.asarray(x, captured["dtype"]) for x in captured["affine"][:2])
     eps = refinement.antithetic_draws(_setup.REFINE_DRAWS, loc.shape[0], captured["dtype"])
 
-    def run(dynamics, start, loc, scale_tril, eps):
+    def run(dynamics, start, loc, scale, eps):
         with jax.default_matmul_precision("highest"):
-            return fit(lambda u: start(loc + scale_tril @ u), eps)
+            return fit(lambda u: start(loc + scale @ u), eps)
 
-    operands = loc, scale_tril, eps
+    operands = loc, scale, eps
     key = jax.random.key(0)
     c = captured
     start = time.perf_counter()

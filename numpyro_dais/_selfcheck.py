@@ -37,7 +37,8 @@ RELAX_STEPS = 100
 #: points' mean shift (in their sds) and their std ratio to q0's, beyond which q0 fails.
 #: Set from the labelled fits of ``benchmarks/self_check.py`` (models × seeds × settings
 #: against NUTS; its results score each choice by its misses and false alarms): the grid's
-#: fewest misses with no false alarm, each tolerance a grid step from the nearest right fit.
+#: fewest misses with no false alarm, but the end points' std ratio at the next grid step
+#: up, where the lowest one passed a right fit by a hair.
 CHAIN_STD_RATIO_TOL = 1.6
 MEAN_SHIFT_TOL = 0.3
 STD_RATIO_TOL = 1.5

@@ -32,6 +32,7 @@ SCRIPTS = [
     "refined_start",
     "refinement_optimiser",
     "scaling_devices",
+    "self_check",
     "sldais_scaling",
     "sldais_vs_dais",
     "time_to_answer",
@@ -46,6 +47,7 @@ NO_FIGURE = {
     "refined_start",
     "refinement_optimiser",
     "scaling_devices",
+    "self_check",
     "sldais_scaling",
     "sldais_vs_dais",
 }
@@ -74,6 +76,11 @@ EXPECTED = {
         "median max mean err",
         "results > 1 sd off with no warning from our guide",
         "## NUTS references",
+    ),
+    "self_check": (
+        "| kid_score | defaults | 1 |",
+        "## The self-check's tolerances on this set",
+        "## Every fit",
     ),
     "time_to_answer": ("| logistic_1000 |", "## Summary", "A right answer: every latent"),
     "sldais_vs_dais": ("## breast-cancer", "| SL-DAIS K=8 |", "surrogate loss"),
