@@ -16,8 +16,7 @@ import hashlib
 import jax
 import numpy as np
 
-from numpyro_dais import _compile, _sampling
-from numpyro_dais import _reporting
+from numpyro_dais import _compile, _reporting, _sampling
 from numpyro_dais._vectorise import jit_short_run
 from numpyro_dais.engine import dais0, mala
 from numpyro_dais.results import TransportReport
