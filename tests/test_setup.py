@@ -121,8 +121,9 @@ def test_eight_schools_non_centred(eight_schools):
     """The classic funnel, non-centred, default AutoDAIS: the whitening comes from the joint
     mode, refined by Gaussian VI; importance draws within 0.3 NUTS sds of NUTS's means of μ
     and τ (the library's bar for a right answer; τ's was 0.26 after 2,000 steps); q0's
-    within 1.5 of μ and log τ, and within 0.5 unless the q0 self-check warned (the bound barely fixes where q0 sits along log τ: q0's τ wanders 0.4–1.1 NUTS sds of
-    log τ low between 2,000 and 20,000 steps, from the refined start and the mode's alike);
+    within 1.5 of μ and log τ, and within 0.5 unless the q0 self-check warned (the bound
+    barely fixes where q0 sits along log τ: q0's τ wanders 0.4–1.1 NUTS sds of log τ low
+    between 2,000 and 20,000 steps, from the refined start and the mode's alike);
     divergences on under 5% of the steps, and a finite loss at the end (before: q0's τ
     0.57 ± 3.8 against 3.54 ± 3.1, and divergences on 325 of 5000 steps)."""
     model, data, ref = eight_schools
