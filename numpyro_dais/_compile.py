@@ -20,10 +20,8 @@ import jax
 
 #: XLA:CPU options for a program whose run is short, by how short: no LLVM optimisation
 #: passes, or LLVM's first level; both with the older loop emitters and one code-generation
-#: module. The self-check of a logistic regression (400 rows, 256 systems of 8 particles,
-#: K = 8) compiled in about 1 s with either instead of 4.6 s, and ran in 0.51 s (level 0),
-#: 0.12 s (level 1) and 0.09 s (optimised); the Pareto ``k̂`` of its weights compiled in
-#: 0.1 s at level 0 against 0.5 s at level 1.
+#: module. Both compile several times sooner than XLA's default, and run slower by a factor
+#: that matters only for long runs (measurements: ``docs/topics/compilation.md``).
 LEVELS = tuple(
     {
         "xla_backend_optimization_level": level,
@@ -34,20 +32,16 @@ LEVELS = tuple(
 )
 
 #: Floating-point operations (XLA's count) that a program may run in all, over the runs the
-#: caller expects, and still compile at each of :data:`LEVELS`: about 0.2 s of code at level
-#: 0, and a few seconds at level 1, whose runs took up to 1.6 times as long as optimised
-#: code's: less than the 3-5 s of compilation that a sampler's program saves.
+#: caller expects, and still compile at each of :data:`LEVELS`: as long as the slower code
+#: costs less time than the optimised compilation would (``docs/topics/compilation.md``).
 WORK_BUDGETS = (1e8, 3e10)
 
 #: The factor by which a program whose work is the model's gradients and Hessian-vector
 #: products (the set-up's mode search and refinement trigger, the self-check's MALA chains)
 #: divides the runs it asks for: that work is mostly matrix products, library calls at
 #: every LLVM level, so level 0 runs it nearly as fast as optimised code and compiles
-#: 0.4-0.8 s sooner. Level 0 against level 1, 2 CPU cores: warm ``svi.init`` of breast
-#: cancer LR (mode search 9.5e8 flops) 0.99 against 1.40 s, of a 2,000-row logistic GLMM
-#: (1.4e9) 3.1-3.3 against 3.8-4.0 s; the MALA chains on breast cancer (1.3e9) 0.6 against
-#: 1.3 s, on a 100-group regression with 2,000 rows (1.7e9) 1.6 against 2.1 s, 6,000 rows
-#: 4.0 against 3.2 s, 20,000 rows (7.5e9) 5.7 against 3.2 s: level 0 up to about 3e9.
+#: sooner; the factor keeps such programs at level 0 up to about 3e9 flops, past which level
+#: 1 ran them sooner (``docs/topics/compilation.md``).
 GRADIENT_WORK_DISCOUNT = 30
 
 

@@ -86,9 +86,9 @@ class AutoContinuousBridge(SetUpHooks, AutoContinuous):
 @contextlib.contextmanager
 def compiled_initialization():
     """numpyro's set-up with its initial point found by one program, not ~150 eager ones
-    (2.4 s of a 4 s ``svi.init`` in a new process): ``find_valid_initial_params`` under
-    ``jit`` from the same key (the same point), compiled for one run (``_compile.run_for``;
-    0.18 s on breast cancer LR, 0.73 s at XLA's default). If ``initialize_model`` stops
+    (most of a new process's ``svi.init`` before): ``find_valid_initial_params`` under
+    ``jit`` from the same key (the same point), compiled for one run (``_compile.run_for``,
+    its cheap level). If ``initialize_model`` stops
     calling the function of its module, the set-up is only slower."""
     original = util.find_valid_initial_params
 

@@ -38,9 +38,8 @@ STIFFNESS_WARN = 1e3
 #: Factor on the curvature measured at the mode in the whitened coordinates (1 there, by
 #: construction) for the step-size cap: room for the posterior's curvature away from the mode
 #: (a hierarchy's funnel, heavy tails), which the set-up does not measure. 4 halves the cap:
-#: on non-centred eight schools in float32 (K = 8, N = 8) a cap of 1 let the learnt steps
-#: drift into divergence of every particle after ~700 steps, caps of 0.5 and 0.3 gave none in
-#: 3,000.
+#: with the full cap the learnt steps of a hierarchy (non-centred eight schools, float32)
+#: drifted into divergence of every particle; with half of it and less they did not.
 BULK_MARGIN = 4.0
 
 #: Newton decrement (nats) above which the mode search counts as failed: the start is more
@@ -168,7 +167,7 @@ def _refine(guide, args, kwargs, model_params, affine, dtype):
 
     Only the centre and the scales move: a second Laplace whitening at the refined centre
     (the bulk's correlations) gave the GLMM's sds exactly but let q0 drift into eight
-    schools' funnel neck in training (3 sds off after 5,000 steps)."""
+    schools' funnel neck in training."""
     key = jax.random.key(0)
     loc, scale = (np.asarray(x, dtype) for x in affine[:2])
     eps = refinement.antithetic_draws(REFINE_DRAWS, loc.shape[0], dtype)
