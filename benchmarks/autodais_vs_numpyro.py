@@ -109,7 +109,7 @@ def speed_table(name, mdl, data, K, repeats, steps, all_guides):
         )
         calls["dsmcs bernoulli"] = step(dsmcs("bernoulli"))
         calls["dsmcs never"] = step(dsmcs("never"))
-        calls["gpvi"] = step(AutoGPVI(mdl, num_particles=N))
+        calls["gpvi"] = step(AutoGPVI(mdl, num_particles=N, algorithm="gpvi"))
         calls["svgd"] = step(AutoGPVI(mdl, num_particles=N, algorithm="amortized_svgd"))
         calls["floor gpvi"] = gradient_floor(ell, z_init, N)
     t = time_interleaved(calls, repeats, steps)
@@ -177,7 +177,7 @@ def gpvi_heavy_rows(num_data, repeats, steps):
         return svi_stepper(SVI(logistic, guide, optax.adam(1e-3), Trace_ELBO()), *data)
 
     calls = {
-        "gpvi": step(AutoGPVI(logistic, num_particles=N)),
+        "gpvi": step(AutoGPVI(logistic, num_particles=N, algorithm="gpvi")),
         "svgd": step(AutoGPVI(logistic, num_particles=N, algorithm="amortized_svgd")),
         "floor": gradient_floor(ell, z_init, N),
     }
@@ -232,7 +232,7 @@ print(json.dumps(bench.set_up_times(bench.GUIDE_MAKERS[{name!r}](), X, y)))
 GUIDE_MAKERS = {
     "numpyro": lambda: NumpyroAutoDAIS(model, K=8),
     "ours": lambda: AutoDAIS(model, K=8),
-    "gpvi": lambda: AutoGPVI(model, num_particles=16),
+    "gpvi": lambda: AutoGPVI(model, num_particles=16, algorithm="gpvi"),
     "normal": lambda: AutoNormal(model),
 }
 COLD = ("numpyro", "ours", "normal")
