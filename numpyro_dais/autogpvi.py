@@ -1,8 +1,8 @@
 """``AutoGPVI``: generative particle VI as a NumPyro guide.
 
-A generator network ``z = f_θ(ε) = g_θ(ε_{1:k}) + λ ε``, ``ε ~ N(0, I_D)``, is trained with
-the GPVI functional gradient (kernel on noise space, inverse-transpose Jacobian on the
-repulsive term) or with amortized SVGD. There is no density and no ELBO: under ``SVI`` the
+A generator network ``z = f_θ(ε) = g_θ(ε_{1:k}) + λ ε``, ``ε ~ N(0, I_D)``, is trained
+with amortized SVGD (the default) or with the GPVI functional gradient (kernel on noise
+space, inverse-transpose Jacobian on the repulsive term). There is no density and no ELBO: under ``SVI`` the
 guide emits a surrogate whose gradient is the GPVI direction.
 
 References:
@@ -43,8 +43,9 @@ class AutoGPVI(ContinuousGuide):
     """Generative particle VI over all latent sites (a neural sampler, no density).
 
     Each training call draws ``N = num_particles`` update noises ``ε_i`` and ``N′ = N``
-    fresh noises ``ε′_j``, evaluates ``∇ℓ`` at ``z′_j = f_θ(ε′_j)`` and computes the GPVI
-    direction ``g_i`` (:func:`numpyro_dais.engine.gpvi.gpvi_direction`). Under
+    fresh noises ``ε′_j``, evaluates ``∇ℓ`` at ``z′_j = f_θ(ε′_j)`` and computes the
+    direction ``g_i`` of ``algorithm`` (amortized SVGD's by default, or GPVI's:
+    :func:`numpyro_dais.engine.gpvi.gpvi_direction`). Under
     ``SVI(model, guide, optax_optimiser, Trace_ELBO())`` one step then applies
 
     * to θ (generator, and λ when learnable): ``∇_θ (1/N) Σ_i ⟨stop_gradient(g_i), f_θ(ε_i)⟩``;
