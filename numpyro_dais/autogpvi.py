@@ -2,8 +2,8 @@
 
 A generator network ``z = f_θ(ε) = g_θ(ε_{1:k}) + λ ε``, ``ε ~ N(0, I_D)``, is trained
 with amortized SVGD (the default) or with the GPVI functional gradient (kernel on noise
-space, inverse-transpose Jacobian on the repulsive term). There is no density and no ELBO: under ``SVI`` the
-guide emits a surrogate whose gradient is the GPVI direction.
+space, inverse-transpose Jacobian on the repulsive term). There is no density and no ELBO:
+under ``SVI`` the guide emits a surrogate whose gradient is that direction.
 
 References:
   Ratzlaff, Bai, Fuxin & Xu (ICML 2021), "Generative particle variational inference via
