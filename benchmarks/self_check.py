@@ -346,6 +346,9 @@ def main(argv=None):
     parser.add_argument("--out-dir", type=__import__("pathlib").Path, default=RESULTS_DIR)
     parser.add_argument("--cases", default=None)
     parser.add_argument("--shard", default="0/1", help="i/n: run every n-th fit from the i-th")
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="training seeds from this one (a hold-out set)"
+    )
     parser.add_argument("--report", action="store_true", help="write the tables from the rows")
     args = parser.parse_args(argv)
     mode = "quick" if args.quick else "smoke" if args.smoke else "full"
@@ -358,7 +361,7 @@ def main(argv=None):
         jobs = [
             (c, setting, seed)
             for setting, num_seeds in cfg["seeds"].items()
-            for seed in range(num_seeds)
+            for seed in range(args.first_seed, args.first_seed + num_seeds)
             for c in cases
         ]
         i, n = (int(x) for x in args.shard.split("/"))
