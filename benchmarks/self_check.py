@@ -18,7 +18,6 @@ Run from the repository root: ``python -m benchmarks.self_check [--quick | --smo
 and ``--report`` writes the tables from every shard's rows.
 """
 
-import argparse
 import json
 import time
 import warnings
@@ -30,7 +29,7 @@ from numpyro.infer import SVI, Trace_ELBO
 
 import numpyro_dais
 from benchmarks import time_to_answer as tta
-from benchmarks._common import RESULTS_DIR, markdown_table, output_name, write_results
+from benchmarks._common import markdown_table, output_name, parse_args, write_results
 
 NAME = "self_check"
 MODULE = f"benchmarks.{NAME}"
@@ -146,7 +145,7 @@ def importance_warned(row):
     return any(_about_importance(w) for w in row["warnings"])
 
 
-def verdict(row, chain_tol, shift_tol=0.5, end_tol=2.0):
+def verdict(row, chain_tol, shift_tol, end_tol):
     """Whether the self-check fails the fit at these tolerances (the chains' std ratio,
     the end points' mean shift and std ratio), from its raw statistics."""
     c, s, e = row["chain_ratio"], row["shift"], row["end_ratio"]
@@ -338,24 +337,21 @@ def report(rows):
     return "\n".join(lines)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=TITLE)
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--quick", action="store_true")
-    group.add_argument("--smoke", action="store_true")
-    parser.add_argument("--out-dir", type=__import__("pathlib").Path, default=RESULTS_DIR)
+def extra_args(parser):
     parser.add_argument("--cases", default=None)
     parser.add_argument("--shard", default="0/1", help="i/n: run every n-th fit from the i-th")
     parser.add_argument(
         "--first-seed", type=int, default=0, help="training seeds from this one (a hold-out set)"
     )
     parser.add_argument("--report", action="store_true", help="write the tables from the rows")
-    args = parser.parse_args(argv)
-    mode = "quick" if args.quick else "smoke" if args.smoke else "full"
+
+
+def main(argv=None):
+    args = parse_args(TITLE, argv, extra_args)
+    mode = args.mode
     cfg = MODES[mode]
     name = output_name(NAME, mode)
     out_dir = args.out_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
     if not args.report:
         cases = args.cases.split(",") if args.cases else list(cfg["cases"] or small_cases())
         jobs = [

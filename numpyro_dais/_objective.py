@@ -127,9 +127,8 @@ def sym_kl_term(guide, fitted, args, kwargs, whitened, rng_key, batch=None):
     q0 = fitted.q0
     fixed = jax.lax.stop_gradient(fitted.model_params)
     anchor = guide._target.anchor(guide._view, args, kwargs, fixed, rng_key, batch)
-    if fitted.affine is not None:  # ℓ in u, less the constant log |det L|
-        anchor_z = anchor
-        anchor = lambda u: anchor_z(preconditioning.to_z(fitted.affine, u))  # noqa: E731
+    if fitted.affine is not None:
+        anchor = preconditioning.pull_back(fitted.affine, anchor)
     located = q0._replace(scale=jax.lax.stop_gradient(q0.scale))
     u0 = q0.loc + jax.lax.stop_gradient(whitened.z0 - q0.loc)  # moves with the loc
     J = dais0.symmetrized_kl(

@@ -163,9 +163,12 @@ def warn_if_not_finite(guide_name, draws, method, num_draws):
     for value in jax.tree.leaves(draws):
         if isinstance(value, jax.core.Tracer):
             return
-        xp = np if getattr(value, "is_fully_addressable", True) else jnp
-        finite = xp.isfinite(value if xp is jnp else np.asarray(value)).reshape(num_draws, -1)
-        bad = max(bad, int(xp.sum(~xp.all(finite, axis=-1))))
+        if getattr(value, "is_fully_addressable", True):
+            finite = np.isfinite(np.asarray(value))
+        else:  # split across processes: reduced where the draws lie
+            finite = jnp.isfinite(value)
+        rows = finite.reshape(num_draws, -1).all(axis=-1)
+        bad = max(bad, num_draws - int(rows.sum()))
     if bad:
         warn(
             f"{guide_name}: {bad} of the {num_draws} {method!r} draws are not finite: every "

@@ -53,14 +53,17 @@ def log_abs_det(affine: Affine) -> jax.Array:
     return affine.log_det
 
 
+def pull_back(affine: Affine, log_density):
+    """The density of ``u`` for a log density ``ℓ`` of ``z``: ``ℓ(m + L u) + log |det L|``
+    (``None`` stays ``None``)."""
+    if log_density is None:
+        return None
+    return lambda u: log_density(to_z(affine, u)) + log_abs_det(affine)
+
+
 def whiten(target: Target, affine: Affine) -> Target:
-    """``target`` in ``u``: each log density ``ℓ`` becomes ``ℓ(m + L u) + log |det L|``."""
-    log_det = log_abs_det(affine)
-
-    def pull(log_density):
-        return None if log_density is None else lambda u: log_density(to_z(affine, u)) + log_det
-
-    return Target(pull(target.log_dynamics), pull(target.log_final))
+    """``target`` in ``u``: each log density ``ℓ`` becomes :func:`pull_back`'s."""
+    return Target(pull_back(affine, target.log_dynamics), pull_back(affine, target.log_final))
 
 
 def push(affine: Affine, q0: gaussian.Gaussian) -> gaussian.Gaussian:
