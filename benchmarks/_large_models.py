@@ -4,7 +4,7 @@
 the group scale, 2 fixed effects and 67 non-centred group intercepts), and
 :func:`logistic_glmm_data` simulates its data for any number of rows from
 ``numpy.random.default_rng(seed)``. Its joint mode overfits the group intercepts, so the
-set-up refines the Laplace start by Gaussian VI (``numpyro_dais.engine.refinement``), each
+set-up refines the Laplace start by Gaussian VI (``numpyro_dais.engine.setup.refinement``), each
 step of which costs full-data gradients: the model measures what that costs as the data
 grow.
 """

@@ -44,7 +44,7 @@ from benchmarks._common import (
     write_results,
 )
 from numpyro_dais import AutoDAIS, _chunked, _queries, _reporting, _setup
-from numpyro_dais.engine import dais, dais0
+from numpyro_dais.engine.annealing import dais, dais0
 
 NAME = "ode_profile"
 MODULE = f"benchmarks.{NAME}"

@@ -1,14 +1,13 @@
 """Does refining the Laplace start by Gaussian VI put q0 at the posterior of a hierarchy?
 
-A hierarchy's joint mode overfits its groups, so the set-up's Laplace start sits far from
-the posterior's bulk; the set-up refines it by Gaussian VI in the whitened coordinates when
-the residual ``mean(Lᵀ∇ℓ(m + Lε) + ε)`` is large (``numpyro_dais.engine.refinement``). Measured
-here on models outside ``real_models``: a non-centred Poisson GLMM with 100 and 400 groups (3
-observations each) and a stochastic-volatility series (a latent AR(1) log-variance, T = 100),
-with light- and heavy-tailed priors, each against its own NUTS reference (4 chains).
-AutoDAIS at its defaults with the refinement (the default) and without it (the set-up's
-Laplace start, as before), ``q0`` at the start and after training, and the importance
-draws; errors of the global parameters in NUTS sds.
+A hierarchy's joint mode overfits its groups, so the set-up's Laplace start sits far from the
+posterior's bulk; the set-up refines it by Gaussian VI in the whitened coordinates when the residual
+``mean(Lᵀ∇ℓ(m + Lε) + ε)`` is large (``numpyro_dais.engine.setup.refinement``). Measured here on
+models outside ``real_models``: a non-centred Poisson GLMM with 100 and 400 groups (3 observations
+each) and a stochastic-volatility series (a latent AR(1) log-variance, T = 100), with light- and
+heavy-tailed priors, each against its own NUTS reference (4 chains). AutoDAIS at its defaults with
+the refinement (the default) and without it (the set-up's Laplace start, as before), ``q0`` at the
+start and after training, and the importance draws; errors of the global parameters in NUTS sds.
 
     python -m benchmarks.refined_start [--quick | --smoke]
 """
@@ -26,7 +25,7 @@ from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO
 
 import numpyro_dais
 from benchmarks._common import Stopwatch, markdown_table, parse_args, write_results
-from numpyro_dais.engine import refinement
+from numpyro_dais.engine.setup import refinement
 
 NAME = "refined_start"
 MODULE = f"benchmarks.{NAME}"

@@ -1,6 +1,6 @@
 """Does L-BFGS refine the Laplace start where Adam did, and how much sooner?
 
-The set-up's Gaussian VI refinement (``numpyro_dais.engine.refinement.refine``) maximises
+The set-up's Gaussian VI refinement (``numpyro_dais.engine.setup.refinement.refine``) maximises
 the ELBO of ``N(μ, diag e^{2ρ})`` over 32 fixed draws in the Laplace whitening's
 coordinates. It used Adam (cosine-decayed learning rate 0.1, up to 1,000 steps, stop when
 every gradient coordinate is below 0.05) and now uses L-BFGS with a zoom line search on the
@@ -35,7 +35,7 @@ from benchmarks import _large_models, _real_models, real_models, refined_start
 from benchmarks._common import Stopwatch, markdown_table, parse_args, write_results
 from numpyro_dais import _setup
 from numpyro_dais._annealed import SET_UP_RUNS
-from numpyro_dais.engine import refinement
+from numpyro_dais.engine.setup import refinement
 
 NAME = "refinement_optimiser"
 MODULE = f"benchmarks.{NAME}"
@@ -69,7 +69,7 @@ def adam_refine(log_density, eps, max_iters=1000, learning_rate=0.1, tol=0.05):
     """The refinement's previous optimiser, kept as the baseline: Adam from the same start,
     its learning rate decaying from ``learning_rate`` to a hundredth over ``max_iters``
     steps, until every gradient coordinate is below ``tol``; the last point whose objective
-    and gradient were finite. A :class:`~numpyro_dais.engine.refinement.Refinement`."""
+    and gradient were finite. A :class:`~numpyro_dais.engine.setup.refinement.Refinement`."""
     dim = eps.shape[-1]
     elbo = refinement._elbo(log_density, eps)
     value_and_grad = jax.value_and_grad(elbo)

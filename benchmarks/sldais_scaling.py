@@ -280,7 +280,7 @@ def render(args, sizes, timing, scores, elbo_nd, steps, draws, repeats):
         "draw, jitted (numpyro's CPU draw is a loop of B sequential steps). A guide that leaves "
         "the draw to the model (AutoNormal) pays it once per step; the SL guides open the "
         "model's plate themselves and draw its indices in O(B), and NS-DAIS its dynamics' "
-        "batches too (`numpyro_dais.engine.minibatch`).",
+        "batches too (`numpyro_dais.engine.annealing.minibatch`).",
     ]
     lines += ["", "Ratios:", ""]
     for nd in sizes:

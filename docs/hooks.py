@@ -7,7 +7,8 @@ What they do, so that the site cannot drift from the repository:
 * **Notebooks.** ``examples/*.ipynb`` become pages under ``examples/`` (rendered with their
   stored outputs, not executed, by mkdocs-jupyter); none present is fine.
 * **Engine reference.** ``reference/engine.md`` has one ``::: numpyro_dais.engine.<module>``
-  block per module file in ``numpyro_dais/engine/``.
+  block per module file of ``numpyro_dais/engine/``: its own modules first, then each family's
+  folder (``annealing/``, ``smc/``, ...) under a heading of its package.
 * **Guides built on other branches.** While ``numpyro_dais/autosldais.py`` or
   ``numpyro_dais/autogpvi.py`` does not exist, a ``::: numpyro_dais.AutoSurrogateLikelihoodDAIS``
   (``AutoGPVI``) block is replaced by a note. Once the file exists the block is rendered as
@@ -238,17 +239,29 @@ def _engine_reference():
         "      show_root_heading: false",
         "",
     ]
-    for path in sorted(ENGINE.glob("*.py")):
-        if path.stem.startswith("_"):
-            continue
-        lines += [
-            f"::: {PACKAGE}.engine.{path.stem}",
-            "    options:",
-            "      show_bases: true",
-            "      show_if_no_docstring: true",
-            "      show_root_full_path: true",
-            "",
-        ]
+    families = sorted(p for p in ENGINE.iterdir() if (p / "__init__.py").exists())
+    for folder, level in [(ENGINE, 2)] + [(p, 3) for p in families]:
+        package = ".".join(folder.relative_to(ROOT).parts)
+        if folder != ENGINE:
+            lines += [
+                f"::: {package}",
+                "    options:",
+                "      members: false",
+                "      show_root_full_path: true",
+                "",
+            ]
+        for path in sorted(folder.glob("*.py")):
+            if path.stem.startswith("_"):
+                continue
+            lines += [
+                f"::: {package}.{path.stem}",
+                "    options:",
+                "      show_bases: true",
+                "      show_if_no_docstring: true",
+                "      show_root_full_path: true",
+                f"      heading_level: {level}",
+                "",
+            ]
     return "\n".join(lines)
 
 

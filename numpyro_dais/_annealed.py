@@ -32,8 +32,10 @@ from numpyro_dais._options import Annealing, Resampling, option_names, signature
 from numpyro_dais._queries import POSTERIOR_METHODS, PosteriorQueries
 from numpyro_dais._sampling import Fitted
 from numpyro_dais._vectorise import jit_by_leaves
-from numpyro_dais.engine import dais, gaussian, preconditioning, samplers, transitions
-from numpyro_dais.engine.annealing import betas_from_increments
+from numpyro_dais.engine import samplers
+from numpyro_dais.engine.annealing import dais, gaussian, transitions
+from numpyro_dais.engine.annealing.path import betas_from_increments
+from numpyro_dais.engine.setup import preconditioning
 
 BASE_DISTS = ("diagonal", "cholesky")
 

@@ -39,7 +39,7 @@ from numpyro_dais._modelview import (
 )
 from numpyro_dais._template import GuideTemplate
 from numpyro_dais._vectorise import CompiledPrograms, map_batched
-from numpyro_dais.engine import weights
+from numpyro_dais.engine.annealing import weights
 
 
 class ContinuousGuide(GuideTemplate, CompiledPrograms, _numpyro.AutoContinuousBridge):

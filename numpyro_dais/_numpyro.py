@@ -20,7 +20,7 @@ from numpyro.primitives import _PYRO_STACK, Messenger, _subsample_fn
 from numpyro.util import is_prng_key
 
 from numpyro_dais._vectorise import jit_by_leaves
-from numpyro_dais.engine import minibatch
+from numpyro_dais.engine.annealing import minibatch
 
 
 class SetUpHooks:
@@ -231,7 +231,7 @@ def isolated():
 
 def subsample_indices(size: int, subsample_size: int, rng_key=None) -> jax.Array:
     """A uniform mini-batch of ``subsample_size`` of ``size`` indices
-    (:func:`~numpyro_dais.engine.minibatch.without_replacement`), with the signature of
+    (:func:`~numpyro_dais.engine.annealing.minibatch.without_replacement`), with the signature of
     ``numpyro.primitives._subsample_fn``, which draws a subsample plate's indices. The
     guides' plates (:func:`guide_plate_indices`), which the ELBO replays into the model, and
     NS-DAIS's dynamics draw with it."""

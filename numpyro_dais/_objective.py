@@ -11,7 +11,8 @@ import jax.numpy as jnp
 
 from numpyro_dais import _sampling
 from numpyro_dais._reporting import report_diverged
-from numpyro_dais.engine import dais0, gaussian, preconditioning
+from numpyro_dais.engine.annealing import dais0, gaussian
+from numpyro_dais.engine.setup import preconditioning
 
 
 class LossCall(NamedTuple):
@@ -110,17 +111,16 @@ def bound(guide, rng_key, fitted, args, kwargs, batch):
 def sym_kl_term(guide, fitted, args, kwargs, whitened, rng_key, batch=None):
     """``−(w / K) · Ĵ`` with value 0: only its gradient in ``q0``'s location counts.
 
-    ``Ĵ`` estimates ``KL(q0 ‖ p) + KL(p ‖ q0)`` (:func:`engine.dais0.symmetrized_kl`) for
-    the posterior of the target's anchor (:meth:`~numpyro_dais.targets.FullData.anchor`:
-    the full-data log joint, or for a mini-batch target its unbiased estimate on
-    ``batch``, never a surrogate's). The term anchors the location, where learnt
-    transitions make the bound flat; the scale follows the bound alone, whose finite-K
-    optimum sits nearer the posterior's marginal stds than the symmetrised-KL fit does.
-    The model's parameters, the scale, the particles and the weights are held fixed in
-    it, so the transitions and the model see only the bound. ``whitened``: the particle
-    system in the sampler's coordinates (:func:`~numpyro_dais._sampling.run_whitened`),
-    where the term is evaluated (the symmetrised KL is invariant under the whitening, and
-    ``q0`` is diagonal or triangular there).
+    ``Ĵ`` estimates ``KL(q0 ‖ p) + KL(p ‖ q0)``
+    (:func:`~numpyro_dais.engine.annealing.dais0.symmetrized_kl`) for the posterior of the target's
+    anchor (:meth:`~numpyro_dais.targets.FullData.anchor`: the full-data log joint, or for a
+    mini-batch target its unbiased estimate on ``batch``, never a surrogate's). The term anchors the
+    location, where learnt transitions make the bound flat; the scale follows the bound alone, whose
+    finite-K optimum sits nearer the posterior's marginal stds than the symmetrised-KL fit does. The
+    model's parameters, the scale, the particles and the weights are held fixed in it, so the
+    transitions and the model see only the bound. ``whitened``: the particle system in the sampler's
+    coordinates (:func:`~numpyro_dais._sampling.run_whitened`), where the term is evaluated (the
+    symmetrised KL is invariant under the whitening, and ``q0`` is diagonal or triangular there).
     """
     if not guide.sym_kl_weight:
         return 0.0

@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 
 from numpyro.infer.initialization import init_to_uniform
 
-from numpyro_dais.engine.resampling import RULES
-from numpyro_dais.engine.smc import ResamplingConfig
+from numpyro_dais.engine import ResamplingConfig
+from numpyro_dais.engine.smc.resampling import RULES
 from numpyro_dais.engine.validation import check_choice
 
 

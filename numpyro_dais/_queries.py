@@ -34,7 +34,7 @@ from numpyro_dais._selfcheck import (
     run_chains,
     transport_verdict,
 )
-from numpyro_dais.engine import gaussian
+from numpyro_dais.engine.annealing import gaussian
 from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransitionParams, TransportReport
 
 POSTERIOR_METHODS = ("q0", "dais", "importance", "psis")

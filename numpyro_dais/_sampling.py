@@ -17,7 +17,11 @@ import numpy as np
 
 from numpyro_dais._reporting import warn
 from numpyro_dais._vectorise import jit_short_run, map_batched, map_chunks, shard_particles
-from numpyro_dais.engine import dais, gaussian, preconditioning, psis, samplers, smc, weights
+from numpyro_dais.engine import samplers
+from numpyro_dais.engine.annealing import dais, gaussian, weights
+from numpyro_dais.engine.diagnostics import psis
+from numpyro_dais.engine.setup import preconditioning
+from numpyro_dais.engine.smc import smc
 from numpyro_dais.results import LogEvidence, SMCDiagnostics
 
 
@@ -190,8 +194,8 @@ FIX_WITHOUT_RESAMPLING = (
 
 def warn_if_heavy_tailed(guide_name, k, num_draws, what, resampling=True):
     """Warn when the Pareto ``k̂`` of ``num_draws`` weights is above the reliable threshold
-    (:func:`numpyro_dais.engine.psis.pareto_k_warning`); nothing under ``jit``, nor with 20
-    draws or fewer (no tail to fit). ``resampling=False``: the guide never resamples its
+    (:func:`numpyro_dais.engine.diagnostics.psis.pareto_k_warning`); nothing under ``jit``, nor with
+    20 draws or fewer (no tail to fit). ``resampling=False``: the guide never resamples its
     particles, and the fix also names the one that does."""
     if isinstance(k, jax.core.Tracer) or num_draws <= 20:
         return

@@ -7,7 +7,7 @@ tight. The first time ``q0`` is used as the posterior for given ``params``
 with its importance-resampled end points on the set-up data (a transport check of
 :data:`NUM_SAMPLES` draws) and warns, with the fix, when they disagree. For a guide whose
 target is the full-data posterior it also runs Metropolis-adjusted Langevin chains from
-``q0`` draws (:func:`numpyro_dais.engine.mala.relaxation_check`), which do not trust the
+``q0`` draws (:func:`numpyro_dais.engine.diagnostics.mala.relaxation_check`), which do not trust the
 learnt transitions, and warns when their spread leaves ``q0``'s.
 """
 
@@ -18,7 +18,8 @@ import numpy as np
 
 from numpyro_dais import _compile, _reporting, _sampling
 from numpyro_dais._vectorise import jit_short_run
-from numpyro_dais.engine import dais0, mala
+from numpyro_dais.engine.annealing import dais0
+from numpyro_dais.engine.diagnostics import mala
 from numpyro_dais.results import TransportReport
 
 #: importance draws of the check: the end points' mean to ~1/16 of their sd, at a cost of a
@@ -100,7 +101,7 @@ def _relaxation(guide, rng_key, fitted, args, kwargs):
 
 
 def run_chains(guide, rng_key, fitted, args, kwargs) -> mala.RelaxationCheck | None:
-    """:func:`numpyro_dais.engine.mala.relaxation_check` of ``guide``'s ``q0`` on its
+    """:func:`numpyro_dais.engine.diagnostics.mala.relaxation_check` of ``guide``'s ``q0`` on its
     posterior (:data:`RELAX_CHAINS` chains of :data:`RELAX_STEPS`, from ``rng_key`` folded
     with 1, inside the chains' program); ``None`` where its
     dynamics do not run on the full-data posterior (a surrogate, a mini-batch)."""
@@ -171,7 +172,7 @@ def _chains_verdict(name, names, chains, std_ratio_tol, end_points_ok):
 
 @jit_short_run
 def end_point_check(affine, q0, z_end):
-    """:func:`numpyro_dais.engine.dais0.transport_check` of ``q0`` (in the sampler's
+    """:func:`numpyro_dais.engine.annealing.dais0.transport_check` of ``q0`` (in the sampler's
     coordinates, ``affine`` its whitening) against the end points ``z_end (S, D)``: one
     small program."""
     return dais0.transport_check(_sampling.in_z(affine, q0), z_end)
@@ -180,7 +181,7 @@ def end_point_check(affine, q0, z_end):
 def transport_verdict(
     guide, check, mean_tol, std_ratio_tol, warn, chains=None, chain_std_ratio_tol=None
 ) -> TransportReport:
-    """The :class:`TransportReport` of a :func:`numpyro_dais.engine.dais0.transport_check`
+    """The :class:`TransportReport` of a :func:`numpyro_dais.engine.annealing.dais0.transport_check`
     result ``check`` (q0 against the end points, per unconstrained coordinate) and of
     ``chains`` (:func:`run_chains`, ``None``: not run), with the fix in its message; a
     ``UserWarning`` too when it fails and ``warn``."""

@@ -17,7 +17,8 @@ from numpyro.distributions import biject_to
 from numpyro.distributions.util import sum_rightmost
 
 from numpyro_dais._modelview import substituted_plates
-from numpyro_dais.engine import curvature, weights
+from numpyro_dais.engine.annealing import weights
+from numpyro_dais.engine.setup import curvature
 
 
 class LocalSite(NamedTuple):
@@ -313,10 +314,10 @@ def normal_base(owner, fn, name):
 
 def member_curvatures(local_model, local_args, local_kwargs, trace, lay, idx, u, params):
     """Largest eigenvalue of each member's ``−∇²ℓ_n`` at ``u (B, D)``, unconstrained local
-    values of the members ``idx``: ``(B,)``, at least 0, ``inf`` where not finite. By
-    separability the batch sum's Hessian is block diagonal, so one power iteration runs all
-    the members' blocks at once (:func:`.engine.curvature.max_eigenvalue` with ``blocks``;
-    one compiled program)."""
+    values of the members ``idx``: ``(B,)``, at least 0, ``inf`` where not finite. By separability
+    the batch sum's Hessian is block diagonal, so one power iteration runs all the members' blocks
+    at once (:func:`~numpyro_dais.engine.setup.curvature.max_eigenvalue` with ``blocks``; one
+    compiled program)."""
 
     def lams(u, forward):
         def total(U):

@@ -2,9 +2,9 @@
 
 Runs once, on the first call, with that call's data: one compiled program finds a mode of
 the posterior by damped Newton ascent from the initial point
-(:func:`~numpyro_dais.engine.curvature.find_mode`) and the potential's Hessian there; on
+(:func:`~numpyro_dais.engine.setup.curvature.find_mode`) and the potential's Hessian there; on
 the host the Laplace covariance at that mode gives the affine map ``z = m + L u``
-(:func:`~numpyro_dais.engine.preconditioning.laplace`) in whose coordinates ``q0`` and the
+(:func:`~numpyro_dais.engine.setup.preconditioning.laplace`) in whose coordinates ``q0`` and the
 transitions run, and the curvature in those coordinates gives the step-size cap. Every path
 that does not reach a trustworthy start is loud: the warning names the reason and the fix.
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from numpyro_dais import _compile, _numpyro
 from numpyro_dais._reporting import warn
-from numpyro_dais.engine import curvature, preconditioning, refinement
+from numpyro_dais.engine.setup import curvature, preconditioning, refinement
 
 #: Largest latent dimension ``D`` for which the set-up forms the ``D × D`` Hessian (one
 #: Hessian-vector product per column and Newton iteration) and whitens by its Laplace
@@ -154,14 +154,14 @@ REFINE_RUNS = 100 / 3 / _compile.GRADIENT_WORK_DISCOUNT
 
 
 def _moved(refined) -> bool:
-    """Whether a :class:`~numpyro_dais.engine.refinement.Refinement` replaced the Laplace
+    """Whether a :class:`~numpyro_dais.engine.setup.refinement.Refinement` replaced the Laplace
     start: the fit took steps, or started from a shrunken copy of it."""
     return refined is not None and (int(refined.num_iters) > 0 or float(refined.start_scale) != 1)
 
 
 def _refine(guide, args, kwargs, model_params, affine, dtype):
     """``(affine, Refinement)``: the Laplace whitening ``affine`` refined by Gaussian VI in its
-    coordinates (:func:`~numpyro_dais.engine.refinement.refine`) when its residual says the
+    coordinates (:func:`~numpyro_dais.engine.setup.refinement.refine`) when its residual says the
     posterior's bulk is not the mode's Gaussian: ``z = m + L (μ + e^ρ u)``; ``affine``
     unchanged otherwise.
 

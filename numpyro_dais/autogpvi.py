@@ -31,7 +31,7 @@ from numpyro_dais._checks import (
 from numpyro_dais._modelview import log_joint
 from numpyro_dais._reporting import report_gpvi, warn
 from numpyro_dais._vectorise import map_batched, shard_particles
-from numpyro_dais.engine import gpvi, networks
+from numpyro_dais.engine.vi import gpvi, networks
 
 #: ``"auto"``: the exact solve up to :data:`EXACT_MAX_DIM` latent dimensions, else the helper
 JACOBIANS = ("auto", *gpvi.JACOBIANS)
@@ -45,7 +45,7 @@ class AutoGPVI(ContinuousGuide):
     Each training call draws ``N = num_particles`` update noises ``ε_i`` and ``N′ = N``
     fresh noises ``ε′_j``, evaluates ``∇ℓ`` at ``z′_j = f_θ(ε′_j)`` and computes the
     direction ``g_i`` of ``algorithm`` (amortized SVGD's by default, or GPVI's:
-    :func:`numpyro_dais.engine.gpvi.gpvi_direction`). Under
+    :func:`numpyro_dais.engine.vi.gpvi.gpvi_direction`). Under
     ``SVI(model, guide, optax_optimiser, Trace_ELBO())`` one step then applies
 
     * to θ (generator, and λ when learnable): ``∇_θ (1/N) Σ_i ⟨stop_gradient(g_i), f_θ(ε_i)⟩``;

@@ -32,8 +32,8 @@ from numpyro_dais._reporting import report_diverged
 from numpyro_dais._semidais_queries import SemiDAISQueries
 from numpyro_dais._semidais_setup import SemiDAISSetUp
 from numpyro_dais._vectorise import CompiledPrograms
-from numpyro_dais.engine import dais, gaussian, transitions, weights
-from numpyro_dais.engine.annealing import betas_from_increments
+from numpyro_dais.engine.annealing import dais, gaussian, transitions, weights
+from numpyro_dais.engine.annealing.path import betas_from_increments
 
 __all__ = ["AutoSemiDAIS"]
 
@@ -347,7 +347,7 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
         return z, log_w, bad, stats
 
     def _chains(self, rng_key, q0, anneal, idx, params, local_args, local_kwargs):
-        """``num_particles`` DAIS chains per member (:func:`numpyro_dais.engine.dais.run`,
+        """``num_particles`` DAIS chains per member (:func:`numpyro_dais.engine.annealing.dais.run`,
         vmapped over the batch). Member ``n``'s target is ``ℓ_n``
         (:func:`~numpyro_dais._semidais_sites.member_target`: the batch evaluated once per
         leapfrog step for all members). With one particle the weight omits ``ℓ_n(u_K)``,

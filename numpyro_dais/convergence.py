@@ -1,12 +1,11 @@
 """Training until the bound has stopped improving, instead of for a guessed number of steps.
 
-:func:`run_until_converged` is ``svi.run`` without ``num_steps``: it trains in windows of
-``window`` steps, each one compiled program (a ``lax.scan`` of ``svi.update``), and stops
-when the stopping rule of :mod:`numpyro_dais.engine.stopping` says that the loss has gone
-``patience`` windows without a significant improvement. The parameters it returns are the
-average of the iterates of those stationary windows. For the annealed guides the self-check
-of ``q0`` (``transport_check``) then judges the result, and warns with the fix where it
-fails.
+:func:`run_until_converged` is ``svi.run`` without ``num_steps``: it trains in windows of ``window``
+steps, each one compiled program (a ``lax.scan`` of ``svi.update``), and stops when the stopping
+rule of :mod:`numpyro_dais.engine.diagnostics.stopping` says that the loss has gone ``patience``
+windows without a significant improvement. The parameters it returns are the average of the iterates
+of those stationary windows. For the annealed guides the self-check of ``q0`` (``transport_check``)
+then judges the result, and warns with the fix where it fails.
 
 On CPU the window program is compiled at XLA's cheaper level of :mod:`numpyro_dais._compile`
 (a training loop's work is mostly the model's gradients), and compiled again, optimised, when
@@ -25,7 +24,7 @@ from numpyro_dais._checks import check_positive_int
 from numpyro_dais._reporting import on_main_process, warn
 from numpyro_dais._selfcheck import check_q0_once
 from numpyro_dais._vectorise import jit_by_leaves
-from numpyro_dais.engine import stopping
+from numpyro_dais.engine.diagnostics import stopping
 from numpyro_dais.results import ConvergedRun
 
 #: Steps ahead that the first window's step time is projected over when deciding whether
@@ -164,7 +163,7 @@ def run_until_converged(
 
     Trains in windows of ``window`` steps and stops after ``patience`` windows in a row whose
     mean loss does not beat the best window's by more than twice the standard error of the
-    difference (:mod:`numpyro_dais.engine.stopping`). The returned ``params`` are the
+    difference (:mod:`numpyro_dais.engine.diagnostics.stopping`). The returned ``params`` are the
     average, in the optimiser's unconstrained space, of the iterates of those last
     ``patience`` windows (the last iterate's where the fit did not converge: it was still
     improving, and warns). For an annealed guide whose posterior is ``q0``

@@ -16,10 +16,10 @@ class LogEvidence(NamedTuple):
     """``()`` effective sample size of those weights, in ``[1, num_particles]``."""
     se: jax.Array
     """``()`` standard error of ``log_Z`` (delta method on the weights, through the
-    genealogy for SMC: :func:`numpyro_dais.engine.weights.log_mean_exp_se`); too small when
-    ``ess`` is small."""
+    genealogy for SMC: :func:`numpyro_dais.engine.annealing.weights.log_mean_exp_se`); too small
+    when ``ess`` is small."""
     pareto_k: jax.Array
-    """``()`` Pareto ``k̂`` of the weights (:func:`numpyro_dais.engine.psis.pareto_k`;
+    """``()`` Pareto ``k̂`` of the weights (:func:`numpyro_dais.engine.diagnostics.psis.pareto_k`;
     for SMC the largest over the independent systems): below 0.5 the estimate converges at
     the usual rate; above ``min(1 − 1/log10 S, 0.7)`` it is unreliable, however small ``se``
     looks, and ``log_evidence`` warns. ``inf`` with 20 particles or fewer (no tail to fit)."""
@@ -55,9 +55,9 @@ class SMCDiagnostics(NamedTuple):
     """``(...,)`` the bound's value ``L = log Ẑ`` of each particle system."""
     pareto_k: jax.Array
     """``(..., K)`` Pareto ``k̂`` of the incremental weights ``w̃_k`` of transition ``k``
-    over the system's ``N`` particles (:func:`numpyro_dais.engine.psis.pareto_k`): where it
-    exceeds 0.7 the transition's target is poorly covered by the particles it starts from
-    (a larger ``K`` spreads the annealing). ``inf`` for ``N ≤ 20``: too few to fit a tail."""
+    over the system's ``N`` particles (:func:`numpyro_dais.engine.diagnostics.psis.pareto_k`): where
+    it exceeds 0.7 the transition's target is poorly covered by the particles it starts from (a
+    larger ``K`` spreads the annealing). ``inf`` for ``N ≤ 20``: too few to fit a tail."""
 
 
 class TransitionParams(NamedTuple):

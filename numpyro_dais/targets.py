@@ -32,7 +32,7 @@ from numpyro_dais._modelview import (
     subsampled_plates,
     trace_without_sampling,
 )
-from numpyro_dais.engine.dais import Target, omit_final
+from numpyro_dais.engine.annealing.dais import Target, omit_final
 
 #: default size ``N_s`` of the automatic (RAND) surrogate: ``min(256, Nd)``
 DEFAULT_NUM_SURROGATE = 256

@@ -30,7 +30,8 @@ from numpyro.infer.autoguide import AutoNormal
 from numpyro.infer.elbo import get_importance_log_probs
 
 from numpyro_dais import AutoDAIS, run_chains, to_inference_data
-from numpyro_dais.engine import psis, weights
+from numpyro_dais.engine.annealing import weights
+from numpyro_dais.engine.diagnostics import psis
 
 az = pytest.importorskip("arviz", reason="needs ArviZ: `pip install numpyro-dais[arviz]`")
 ARVIZ_1 = int(az.__version__.split(".")[0]) >= 1
@@ -290,7 +291,7 @@ def test_under_the_other_arviz_major():
     assert probe.returncode == 0, probe.stderr
     other = int(probe.stdout.strip().split(".")[0])
     assert other != int(az.__version__.split(".")[0]), f"both have ArviZ {other}.x"
-    tests = ["tests/test_arviz.py", "tests/engine/test_psis.py"]
+    tests = ["tests/test_arviz.py", "tests/engine/diagnostics/test_psis.py"]
     run = subprocess.run(
         [OTHER_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
         cwd=root,

@@ -166,7 +166,7 @@ def test_diagnostics(trained):
     cov = np.eye(n) + np.ones((n, n))
     log_z = float(dist.MultivariateNormal(jnp.zeros(n), jnp.asarray(cov)).log_prob(Y))
     assert abs(float(ev.log_Z) - log_z) < 0.5
-    # the genealogy-based standard error (calibrated in tests/engine/test_smc.py); 4 systems
+    # the genealogy-based standard error (calibrated in tests/engine/smc/test_smc.py); 4 systems
     # of 16 particles combine to one. Its variance estimate is unbiased, not positive: with
     # ESS ≈ N after two resamplings its mean is ~1e-3 and its noise larger, so it may clip to 0
     assert 0 <= float(ev.se) < 1

@@ -681,7 +681,7 @@ def test_guide_plates_draw_with_the_o_b_sampler():
     indices with ``engine.minibatch`` (O(B)), not numpyro's sequential Fisher-Yates loop:
     under the same seed the plate's indices are exactly that sampler's draw."""
     from numpyro_dais import _numpyro
-    from numpyro_dais.engine import minibatch
+    from numpyro_dais.engine.annealing import minibatch
 
     with handlers.seed(rng_seed=0):
         indices = _numpyro.guide_plate_indices("N", 10_000, 64)
@@ -700,7 +700,7 @@ def test_the_model_minibatch_is_drawn_by_the_guide_only_for_a_subsampled_loss(
     SL-DAIS step). Scoring the same guide with the full-data model's ELBO opens no guide
     plate: the model sees all rows (a guide plate replayed there would silently shrink the
     data to B rows)."""
-    from numpyro_dais.engine import minibatch
+    from numpyro_dais.engine.annealing import minibatch
 
     X, Y = logistic_data(40)
     drawn, seen = [], []

@@ -15,7 +15,7 @@ from numpyro_dais import (
     plot_transitions,
     transition_params,
 )
-from numpyro_dais.engine.annealing import betas_from_increments
+from numpyro_dais.engine.annealing.path import betas_from_increments
 from tests import models
 
 

@@ -208,10 +208,10 @@ def test_roles_resolve_from_the_docstrings_scope():
     loader = griffe.GriffeLoader(search_paths=[str(ROOT)])
     package = loader.load("numpyro_dais")
     loader.resolve_aliases(implicit=False, external=False)
-    dais = package["engine.dais"]
+    dais = package["engine.annealing.dais"]
     out = roles.rewrite(":func:`.weights.diverged` and :class:`~.dais.Target`", dais, loader)
     # Target is defined in engine.base and imported by engine.dais: the link goes to its home
-    assert 'identifier="numpyro_dais.engine.weights.diverged"' in out
+    assert 'identifier="numpyro_dais.engine.annealing.weights.diverged"' in out
     assert 'identifier="numpyro_dais.engine.base.Target"><code>Target</code>' not in out
     assert 'identifier="numpyro_dais.engine.base.Target" optional><code>Target</code>' in out
     guide = package["_queries.PosteriorQueries.get_base_dist"]

@@ -11,7 +11,7 @@ from numpyro_dais import (
     AutoSurrogateLikelihoodDSMCS,
 )
 from numpyro_dais._options import Annealing, Resampling, SurrogateLikelihood
-from numpyro_dais.engine import resampling
+from numpyro_dais.engine.smc import resampling
 
 PRESETS = [AutoDAIS, AutoDSMCS, AutoSurrogateLikelihoodDAIS, AutoSurrogateLikelihoodDSMCS]
 

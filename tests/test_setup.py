@@ -17,7 +17,7 @@ from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO
 
 from numpyro_dais import AutoDAIS
 from numpyro_dais._objective import divergence_brake
-from numpyro_dais.engine import refinement
+from numpyro_dais.engine.setup import refinement
 from tests import models
 
 

@@ -1,9 +1,9 @@
 """The engine's shared types: what kernels, samplers and targets exchange.
 
-A kernel (:mod:`.transitions`) moves one :class:`ParticleState` with its noise, the
+A kernel (:mod:`.annealing.transitions`) moves one :class:`ParticleState` with its noise, the
 :class:`StepParams` of its transition and a :class:`Potential`, and returns the new state and a
 :class:`TransitionInfo`; a :class:`Kernel` bundles it with what a sampler must know of it. A
-sampler (:mod:`.dais`, :mod:`.smc`) runs ``K`` kernels with :class:`AnnealParams` on a
+sampler (:mod:`.annealing.dais`, :mod:`.smc.smc`) runs ``K`` kernels with :class:`AnnealParams` on a
 :class:`Target` (and, for SMC, a :class:`ResamplingConfig`) and returns a
 :class:`SamplerOutput`. Nothing here computes anything.
 """
@@ -86,7 +86,7 @@ class Target(NamedTuple):
 
     Full-data DAIS uses the log joint for both; SL-DAIS a surrogate for the dynamics and the
     model's mini-batch estimate for the final weight; a guide whose model term supplies
-    ``ℓ(z_K)`` itself passes :func:`.dais.omit_final`.
+    ``ℓ(z_K)`` itself passes :func:`.annealing.dais.omit_final`.
     """
 
     log_dynamics: Callable
@@ -116,7 +116,7 @@ class SamplerOutput(NamedTuple):
 
 
 class ResamplingConfig(NamedTuple):
-    """How and when an SMC system resamples (:func:`resampling.resolve` validates it and
+    """How and when an SMC system resamples (:func:`smc.resampling.resolve` validates it and
     turns names into functions, once, before a run).
 
     ``scheme``: an ancestor sampler ``(key, log_W) -> (N,)`` or its name,

@@ -7,9 +7,10 @@ samplers return a :class:`~numpyro_dais.engine.base.SamplerOutput`.
 
 from typing import NamedTuple
 
-from numpyro_dais.engine import dais, resampling, smc
-from numpyro_dais.engine.smc import ResamplingConfig
-from numpyro_dais.engine.transitions import Kernel, as_kernel
+from numpyro_dais.engine.annealing import dais
+from numpyro_dais.engine.annealing.transitions import Kernel, as_kernel
+from numpyro_dais.engine.base import ResamplingConfig
+from numpyro_dais.engine.smc import resampling, smc
 
 
 class Sampler(NamedTuple):

@@ -19,7 +19,7 @@ gapped straight-through estimator" (GST).
 import jax
 import jax.numpy as jnp
 
-from numpyro_dais.engine import weights
+from numpyro_dais.engine.annealing import weights
 from numpyro_dais.engine.validation import check_choice
 
 

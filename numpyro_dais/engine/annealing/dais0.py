@@ -23,8 +23,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from numpyro_dais.engine import gaussian, weights
-from numpyro_dais.engine.dais import over_particles
+from numpyro_dais.engine.annealing import gaussian, weights
+from numpyro_dais.engine.annealing.dais import over_particles
 
 
 def symmetrized_kl(

@@ -1,4 +1,4 @@
-"""The Gaussian VI refinement of a Laplace start (numpyro_dais.engine.refinement)."""
+"""The Gaussian VI refinement of a Laplace start (numpyro_dais.engine.setup.refinement)."""
 
 import inspect
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from numpyro_dais.engine import refinement
+from numpyro_dais.engine.setup import refinement
 
 EPS = jnp.asarray(refinement.antithetic_draws(32, 3, np.float32))
 #: one program per log density: the budget and the tolerance are traced, so the tests of one

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from numpyro_dais.engine import resampling
-from numpyro_dais.engine.smc import ResamplingConfig
+from numpyro_dais.engine import ResamplingConfig
+from numpyro_dais.engine.smc import resampling
 
 SCHEMES = sorted(resampling.SCHEMES)
 NUM_DRAWS = 4000  # resampling rounds per statistical check
@@ -126,7 +126,7 @@ def _log_w_with_ess(n, ess):
 
 
 def test_ess_helper_hits_target():
-    from numpyro_dais.engine.weights import ess
+    from numpyro_dais.engine.annealing.weights import ess
 
     np.testing.assert_allclose(float(ess(_log_w_with_ess(10, 3.0))), 3.0, rtol=1e-4)
 

@@ -6,8 +6,8 @@ import numpy as np
 import optax
 import pytest
 
-from numpyro_dais.engine import gpvi, networks
-from numpyro_dais.engine.kernels import RBF, ksd_u_statistic, median_bandwidth
+from numpyro_dais.engine.vi import gpvi, networks
+from numpyro_dais.engine.vi.kernels import RBF, ksd_u_statistic, median_bandwidth
 
 D, N = 3, 16
 

@@ -1,10 +1,11 @@
-"""The whitening of :mod:`numpyro_dais.engine.preconditioning`: a square root of the
+"""The whitening of :mod:`numpyro_dais.engine.setup.preconditioning`: a square root of the
 Laplace covariance that does not depend on the order of the coordinates."""
 
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_dais.engine import gaussian, preconditioning
+from numpyro_dais.engine.annealing import gaussian
+from numpyro_dais.engine.setup import preconditioning
 
 
 def _covariance(dim, seed=0):

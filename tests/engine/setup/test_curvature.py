@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from numpyro_dais.engine import curvature
+from numpyro_dais.engine.setup import curvature
 
 
 def _power(log_density, z, num_iters=20):

@@ -7,10 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from numpyro_dais.engine import dais, gaussian, smc, weights
-from numpyro_dais.engine.annealing import betas_from_increments
-from numpyro_dais.engine.smc import ResamplingConfig
-from numpyro_dais.engine.transitions import KERNELS
+from numpyro_dais.engine import ResamplingConfig
+from numpyro_dais.engine.annealing import dais, gaussian, weights
+from numpyro_dais.engine.annealing.path import betas_from_increments
+from numpyro_dais.engine.annealing.transitions import KERNELS
+from numpyro_dais.engine.smc import smc
 
 HMC = KERNELS["hmc"]
 
@@ -208,7 +209,7 @@ def test_bad_options_raise():
 def test_a_rule_and_a_scheme_may_be_functions():
     """Names are resolved to functions once (resampling.resolve); a user's own rule or
     scheme runs the same recursion: the same functions given directly give the same run."""
-    from numpyro_dais.engine import resampling
+    from numpyro_dais.engine.smc import resampling
 
     target, params = make()
     key = jax.random.PRNGKey(4)

@@ -27,9 +27,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from numpyro_dais.engine import networks
-from numpyro_dais.engine.kernels import RBF, ksd_u_statistic
 from numpyro_dais.engine.validation import check_choice
+from numpyro_dais.engine.vi import networks
+from numpyro_dais.engine.vi.kernels import RBF, ksd_u_statistic
 
 JACOBIANS = ("exact", "helper")
 ALGORITHMS = ("gpvi", "amortized_svgd")

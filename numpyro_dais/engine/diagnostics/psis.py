@@ -27,7 +27,7 @@ Shapes: the draw axis is the last one; leading axes are batch axes (one fit per 
 size ``M`` is static (from the shape); the number of tail draws actually fitted is not (ties at
 the cutoff leave fewer than ``M`` strictly above it), so every step is masked. Non-finite log
 weights (NaN, ``+inf``: diverged trajectories, as in
-:func:`~numpyro_dais.engine.weights.mask_nonfinite`) count as zero weights (``-inf``).
+:func:`~numpyro_dais.engine.annealing.weights.mask_nonfinite`) count as zero weights (``-inf``).
 
 Fewer than 5 draws strictly above the cutoff leave nothing to fit (no smoothing then);
 ArviZ and NumPyro report ``k̂ = inf`` in every such case. Here it depends on why:

@@ -1,10 +1,10 @@
-"""The stopping rule (``numpyro_dais.engine.stopping``): batch-means standard errors and the
-patience count, on sequences whose answer is known."""
+"""The stopping rule (``numpyro_dais.engine.diagnostics.stopping``): batch-means standard errors and
+the patience count, on sequences whose answer is known."""
 
 import numpy as np
 import pytest
 
-from numpyro_dais.engine import stopping
+from numpyro_dais.engine.diagnostics import stopping
 
 
 def test_window_stats_is_the_mean_and_the_batch_means_standard_error():

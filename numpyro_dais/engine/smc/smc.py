@@ -8,11 +8,11 @@ One particle system of ``N`` particles::
         move with transition k;  s = logsumexp(log W̄ + log w̃_k);  L += s
         log W̄ = log W̄ + log w̃_k − s
 
-``E[L] ≤ log Z``. The transitions, their keys and ``log w̃_k`` come from :mod:`.dais`, so a
-run that never resamples moves the particles with exactly DAIS's random numbers and its
-``L`` equals DAIS's ``log (1/N) Σ_i w_i``. Resampling draws from its own key stream. When the
-:class:`~.dais.Target` has its own final term (SL-DAIS), the last increment uses it in place
-of the dynamics' target at ``z_K``.
+``E[L] ≤ log Z``. The transitions, their keys and ``log w̃_k`` come from :mod:`..annealing.dais`, so
+a run that never resamples moves the particles with exactly DAIS's random numbers and its ``L``
+equals DAIS's ``log (1/N) Σ_i w_i``. Resampling draws from its own key stream. When the
+:class:`~numpyro_dais.engine.base.Target` has its own final term (SL-DAIS), the last increment uses
+it in place of the dynamics' target at ``z_K``.
 
 Reference: Zenn & Bamler (2023), "Resampling gradients vanish in differentiable sequential
 Monte Carlo samplers"; Del Moral, Doucet & Jasra (2006).
@@ -22,15 +22,16 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
-from numpyro_dais.engine import dais, gaussian, resampling, weights
-from numpyro_dais.engine.annealing import log_gamma
+from numpyro_dais.engine.annealing import dais, gaussian, weights
+from numpyro_dais.engine.annealing.path import log_gamma
+from numpyro_dais.engine.annealing.transitions import as_kernel
 from numpyro_dais.engine.base import Kernel, ParticleState, ResamplingConfig
-from numpyro_dais.engine.transitions import as_kernel
+from numpyro_dais.engine.smc import resampling
 
 
 def resampling_keys(rng_key, K: int) -> jax.Array:
     """``(K, 2)`` keys ``(decide, ancestors)`` per transition, from the run's resampling key
-    (:func:`.dais.run_keys`)."""
+    (:func:`..annealing.dais.run_keys`)."""
     keys = jax.random.split(rng_key, 2 * K)
     return keys.reshape((K, 2) + keys.shape[1:])
 
@@ -80,8 +81,8 @@ def run(
     """Run ``K`` transitions for one system of ``N = num_particles`` particles.
 
     A move whose energy error on ``γ_k`` is far beyond a stable integrator's
-    (:func:`.weights.diverged`) or whose increment is not finite gives that particle weight
-    0 (it is resampled away); ``num_diverged`` is the most such particles in one step.
+    (:func:`..annealing.weights.diverged`) or whose increment is not finite gives that particle
+    weight 0 (it is resampled away); ``num_diverged`` is the most such particles in one step.
     ``resampling_config``: a :class:`ResamplingConfig`; ``None``: the defaults.
     """
     kernel = as_kernel(kernel)
@@ -155,7 +156,7 @@ def founders(ancestors: jax.Array) -> jax.Array:
 
 def log_Z_se(out: dais.SamplerOutput) -> jax.Array:
     """``()`` standard error of ``out.log_Z`` from one run, through its genealogy: the
-    variance estimate of Lee & Whiteley (2018) (:func:`.weights.log_mean_exp_se`). A run
+    variance estimate of Lee & Whiteley (2018) (:func:`..annealing.weights.log_mean_exp_se`). A run
     without a trace (DAIS) is the i.i.d. case."""
     if out.trace is None:
         return weights.log_mean_exp_se(out.log_weights)

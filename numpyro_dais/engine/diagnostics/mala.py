@@ -17,7 +17,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from numpyro_dais.engine import gaussian
+from numpyro_dais.engine.annealing import gaussian
 
 
 class ChainState(NamedTuple):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from numpyro_dais.engine.annealing import log_gamma
+from numpyro_dais.engine.annealing.path import log_gamma
 from numpyro_dais.engine.base import Kernel, ParticleState, Potential, StepParams, TransitionInfo
 from numpyro_dais.engine.validation import check_choice
 

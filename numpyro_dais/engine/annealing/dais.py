@@ -1,10 +1,10 @@
 """Differentiable annealed importance sampling: ``K`` transitions for ``N`` particles.
 
-``lax.scan`` over the transitions, ``vmap`` over the particles (:func:`over_particles`). The
-same :func:`init` and :func:`step` drive the SMC sampler in :mod:`.smc`, which only adds
-resampling between steps; both samplers take a :class:`Target` and return a
-:class:`SamplerOutput`, so a guide composes any target (full data, surrogate, mini-batch)
-with either sampler.
+``lax.scan`` over the transitions, ``vmap`` over the particles (:func:`over_particles`). The same
+:func:`init` and :func:`step` drive the SMC sampler in :mod:`~numpyro_dais.engine.smc.smc`, which
+only adds resampling between steps; both samplers take a :class:`Target` and return a
+:class:`SamplerOutput`, so a guide composes any target (full data, surrogate, mini-batch) with
+either sampler.
 
 References: Geffner & Domke (2021), "MCMC variational inference via uncorrected Hamiltonian
 annealing"; Zhang et al. (2021), "Differentiable annealed importance sampling and the perils
@@ -17,7 +17,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from numpyro_dais.engine import gaussian, weights
+from numpyro_dais.engine.annealing import gaussian, weights
+from numpyro_dais.engine.annealing.transitions import as_kernel, init_state
 from numpyro_dais.engine.base import (
     AnnealParams,
     Kernel,
@@ -29,7 +30,6 @@ from numpyro_dais.engine.base import (
     Trace,
     TransitionInfo,
 )
-from numpyro_dais.engine.transitions import as_kernel, init_state
 
 
 def over_particles(fn):

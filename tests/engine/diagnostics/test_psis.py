@@ -14,7 +14,7 @@ import numpyro.distributions as dist
 import pytest
 from scipy import stats
 
-from numpyro_dais.engine import psis
+from numpyro_dais.engine.diagnostics import psis
 
 S = 1000
 

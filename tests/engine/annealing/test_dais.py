@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from numpyro_dais.engine import annealing, dais, gaussian, transitions, weights
-from numpyro_dais.engine.transitions import KERNELS
+from numpyro_dais.engine.annealing import dais, gaussian, path, transitions, weights
+from numpyro_dais.engine.annealing.transitions import KERNELS
 
 HMC = KERNELS["hmc"]
 
@@ -24,7 +24,7 @@ TARGET = dais.Target(_target)
 def _params(K, step=0.2):
     increments = jnp.linspace(0.5, 1.5, K)
     return dais.AnnealParams(
-        betas=annealing.betas_from_increments(increments),
+        betas=path.betas_from_increments(increments),
         step_sizes=jnp.full(K, step),
         mass=jnp.array([1.0, 2.0, 0.5]),
         gamma=jnp.array(0.8),
@@ -115,11 +115,9 @@ def test_zero_nonfinite_grads():
 
 
 def test_betas_from_increments():
-    betas = annealing.betas_from_increments(jnp.array([1.0, 3.0]))
+    betas = path.betas_from_increments(jnp.array([1.0, 3.0]))
     np.testing.assert_allclose(betas, [0.0, 0.25, 1.0])
-    np.testing.assert_allclose(
-        annealing.betas_from_increments(jnp.ones(4)), [0, 0.25, 0.5, 0.75, 1.0]
-    )
+    np.testing.assert_allclose(path.betas_from_increments(jnp.ones(4)), [0, 0.25, 0.5, 0.75, 1.0])
 
 
 def test_unknown_kernel():
@@ -186,7 +184,7 @@ def test_one_particle_keeps_an_ode_solvers_loop_unbatched():
 
     q0 = gaussian.Gaussian(jnp.zeros(1), jnp.ones(1))
     params = dais.AnnealParams(
-        annealing.betas_from_increments(jnp.ones(2)), jnp.full(2, 0.1), jnp.ones(1), 0.8
+        path.betas_from_increments(jnp.ones(2)), jnp.full(2, 0.1), jnp.ones(1), 0.8
     )
 
     def loss(loc, n):

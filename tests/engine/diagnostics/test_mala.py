@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.stats import multivariate_normal
 
-from numpyro_dais.engine import gaussian, mala
+from numpyro_dais.engine.annealing import gaussian
+from numpyro_dais.engine.diagnostics import mala
 
 # a correlated 2-D Gaussian target N(m, Σ): marginal sds 1 and 2, correlation 0.8
 M = jnp.array([1.0, -0.5])

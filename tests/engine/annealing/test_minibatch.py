@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from numpyro_dais.engine import minibatch
+from numpyro_dais.engine.annealing import minibatch
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.stats import multivariate_normal
 
-from numpyro_dais.engine import dais0, gaussian
+from numpyro_dais.engine.annealing import dais0, gaussian
 
 # A correlated 2-D Gaussian target p = N(m, Σ), normalised (log Z = 0).
 M = jnp.array([1.0, -0.5])

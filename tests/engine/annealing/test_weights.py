@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_dais.engine import weights
+from numpyro_dais.engine.annealing import weights
 
 
 def test_se_is_the_ess_formula_and_zero_for_equal_weights():

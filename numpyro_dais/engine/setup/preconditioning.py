@@ -31,8 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_dais.engine import gaussian
-from numpyro_dais.engine.dais import Target
+from numpyro_dais.engine.annealing import gaussian
+from numpyro_dais.engine.base import Target
 
 
 class Affine(NamedTuple):
