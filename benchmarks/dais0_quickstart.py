@@ -43,7 +43,8 @@ from benchmarks._common import (
     write_results,
 )
 from benchmarks._compact import symkl_optimum
-from numpyro_dais import AutoDAIS, _selfcheck
+from numpyro_dais import AutoDAIS
+from numpyro_dais.annealed import selfcheck
 
 NAME = "dais0_quickstart"
 MODULE = f"benchmarks.{NAME}"
@@ -163,7 +164,7 @@ def main():
                 row["end"] = errors(end)
                 # the self-check's draw count: its compiled program, and its verdict
                 row["check"] = guide.transport_check(
-                    key, fit.params, X, y, num_samples=_selfcheck.NUM_SAMPLES, warn=False
+                    key, fit.params, X, y, num_samples=selfcheck.NUM_SAMPLES, warn=False
                 )
             if seed == 0:
                 row["draws"] = qs.summary(q0)

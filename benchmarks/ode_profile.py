@@ -43,8 +43,10 @@ from benchmarks._common import (
     time_interleaved,
     write_results,
 )
-from numpyro_dais import AutoDAIS, _chunked, _queries, _reporting, _setup
+from numpyro_dais import AutoDAIS
+from numpyro_dais.annealed import chunked, queries, setup
 from numpyro_dais.engine.annealing import dais, dais0
+from numpyro_dais.runtime import reporting
 
 NAME = "ode_profile"
 MODULE = f"benchmarks.{NAME}"
@@ -121,9 +123,9 @@ def timed_calls(recorder):
     """Our guide's set-up, self-check parts and divergence reports timed as phases (their
     module functions wrapped, and restored after)."""
     targets = [
-        (_setup, "set_up", "set-up (mode, Hessian, whitening)"),
-        (_chunked, "importance", "self-check: importance draws"),
-        (_queries, "run_chains", "self-check: MALA chains"),
+        (setup, "set_up", "set-up (mode, Hessian, whitening)"),
+        (chunked, "importance", "self-check: importance draws"),
+        (queries, "run_chains", "self-check: MALA chains"),
     ]
     originals = [(module, name, getattr(module, name)) for module, name, _ in targets]
     host = {"calls": 0, "seconds": 0.0}
@@ -135,7 +137,7 @@ def timed_calls(recorder):
 
         return wrapped
 
-    warn = _reporting._warn_diverged
+    warn = reporting._warn_diverged
 
     def counted(*args, **kwargs):
         start = time.perf_counter()
@@ -147,13 +149,13 @@ def timed_calls(recorder):
 
     for (module, name, label), (_, _, fn) in zip(targets, originals, strict=True):
         setattr(module, name, wrap(fn, label))
-    _reporting._warn_diverged = counted
+    reporting._warn_diverged = counted
     try:
         yield host
     finally:
         for module, name, fn in originals:
             setattr(module, name, fn)
-        _reporting._warn_diverged = warn
+        reporting._warn_diverged = warn
 
 
 def profile(variant, guide_name, steps, fit_steps, draws):

@@ -33,8 +33,8 @@ from numpyro.infer import SVI, Trace_ELBO
 import numpyro_dais
 from benchmarks import _large_models, _real_models, real_models, refined_start
 from benchmarks._common import Stopwatch, markdown_table, parse_args, write_results
-from numpyro_dais import _setup
-from numpyro_dais._annealed import SET_UP_RUNS
+from numpyro_dais.annealed import setup
+from numpyro_dais.annealed.guide import SET_UP_RUNS
 from numpyro_dais.engine.setup import refinement
 
 NAME = "refinement_optimiser"
@@ -111,7 +111,7 @@ def captured_refinement(into):
     """Within: the set-up's refinement inputs (its guide, data and Laplace whitening) go in
     the dict ``into``, and ``into["seconds"]`` holds the refinement's time (its trigger's and
     fit's programs, compilation included)."""
-    original = _setup._refine
+    original = setup._refine
 
     def capture(guide, args, kwargs, model_params, affine, dtype):
         into.update(guide=guide, args=args, kwargs=kwargs, model_params=model_params)
@@ -121,30 +121,30 @@ def captured_refinement(into):
         into["seconds"] = time.perf_counter() - start
         return out
 
-    _setup._refine = capture
+    setup._refine = capture
     try:
         yield into
     finally:
-        _setup._refine = original
+        setup._refine = original
 
 
 @contextlib.contextmanager
 def optimiser(fit, runs):
     """Within: the set-up refines with ``fit`` (``refine``'s signature), its program compiled
-    for ``runs`` loop bodies (``_setup.REFINE_RUNS``)."""
-    original = refinement.refine, _setup.REFINE_RUNS
-    refinement.refine, _setup.REFINE_RUNS = fit, runs
+    for ``runs`` loop bodies (``setup.REFINE_RUNS``)."""
+    original = refinement.refine, setup.REFINE_RUNS
+    refinement.refine, setup.REFINE_RUNS = fit, runs
     try:
         yield
     finally:
-        refinement.refine, _setup.REFINE_RUNS = original
+        refinement.refine, setup.REFINE_RUNS = original
 
 
 #: ``(fit, runs)``: each optimiser, its program compiled as the set-up compiled it (Adam's
 #: for the set-up's count of loop bodies, made for its up to 1,000 steps)
 OPTIMISERS = {
     "Adam": (adam_refine, SET_UP_RUNS),
-    "L-BFGS": (refinement.refine, _setup.REFINE_RUNS),
+    "L-BFGS": (refinement.refine, setup.REFINE_RUNS),
 }
 
 
@@ -176,12 +176,12 @@ def q0_errors(name, guide, params, args, kwargs, num_draws=4000):
     return m["max_mean_err"], m["max_log_sd"]
 
 
-def refit(captured, fit, runs=_setup.REFINE_RUNS):
+def refit(captured, fit, runs=setup.REFINE_RUNS):
     """``(seconds, Refinement)``: ``fit(log_density, eps)`` on the objective the set-up
     refined, as the set-up runs it (one program compiled for ``runs`` loop bodies,
     compilation included)."""
     loc, scale = (np.asarray(x, captured["dtype"]) for x in captured["affine"][:2])
-    eps = refinement.antithetic_draws(_setup.REFINE_DRAWS, loc.shape[0], captured["dtype"])
+    eps = refinement.antithetic_draws(setup.REFINE_DRAWS, loc.shape[0], captured["dtype"])
 
     def run(dynamics, start, loc, scale, eps):
         with jax.default_matmul_precision("highest"):
@@ -351,7 +351,7 @@ def main(argv=None):
             "Program and `svi.init` times include compilation (`svi.init` after a "
             "discarded one of the same model) "
             "(each fit is one program, compiled as the set-up compiled it: Adam's for the "
-            "set-up's 300 loop bodies, L-BFGS's for its own run, `_setup.REFINE_RUNS`).",
+            "set-up's 300 loop bodies, L-BFGS's for its own run, `annealed.setup.REFINE_RUNS`).",
             f"## The refinement objective\n\n{markdown_table(headers, rows)}",
             "## `svi.init` of a large logistic GLMM",
             "`benchmarks._large_models.logistic_glmm`: 67 groups (unbalanced), 2 covariates, "

@@ -2,7 +2,7 @@
 options in its signature.
 
 A preset takes ``**options`` and declares their defaults once, as option groups
-(``numpyro_dais._options``); at run time its ``__init__`` carries the spelt-out signature
+(``numpyro_dais.annealed.options``); at run time its ``__init__`` carries the spelt-out signature
 (``__signature__``), which static analysis cannot see. This extension copies that runtime
 signature into the rendered one, so the site shows ``AutoDAIS(model, *, K=4, ...)`` as
 ``help(AutoDAIS)`` does.

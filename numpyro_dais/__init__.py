@@ -1,14 +1,16 @@
 """MCMC-augmented variational inference for NumPyro: DAIS, SL-DAIS, DSMCS and GPVI guides."""
 
+from numpyro_dais.annealed import (
+    AutoDAIS,
+    AutoDSMCS,
+    AutoSurrogateLikelihoodDAIS,
+    AutoSurrogateLikelihoodDSMCS,
+)
 from numpyro_dais.arviz import to_inference_data
-from numpyro_dais.autodais import AutoDAIS
-from numpyro_dais.autodsmcs import AutoDSMCS
-from numpyro_dais.autogpvi import AutoGPVI
-from numpyro_dais.autosemidais import AutoSemiDAIS
-from numpyro_dais.autosldais import AutoSurrogateLikelihoodDAIS, AutoSurrogateLikelihoodDSMCS
 from numpyro_dais.chains import run_chains
 from numpyro_dais.convergence import run_until_converged
 from numpyro_dais.diagnostics import plot_ess, plot_transitions, transition_params
+from numpyro_dais.gpvi import AutoGPVI
 from numpyro_dais.results import (
     ConvergedRun,
     LogEvidence,
@@ -16,6 +18,7 @@ from numpyro_dais.results import (
     TransitionParams,
     TransportReport,
 )
+from numpyro_dais.semidais import AutoSemiDAIS
 
 __version__ = "0.1.0"
 

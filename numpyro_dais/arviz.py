@@ -13,8 +13,8 @@ import numpy as np
 from numpyro import handlers
 from numpyro.infer import log_likelihood as numpyro_log_likelihood
 
-from numpyro_dais import _numpyro
-from numpyro_dais._modelview import partial_plates, substituted_plates
+from numpyro_dais.bridge import numpyro_private
+from numpyro_dais.bridge.modelview import partial_plates, substituted_plates
 
 
 def _with_params(model, params):
@@ -244,7 +244,7 @@ def _one_chain(
         """Deterministic sites (and new observations) of one draw, with this model."""
         run = _with_latents(model, latent)
         if posterior_predictive:
-            run = _numpyro.Unobserve(run, observed)
+            run = numpyro_private.Unobserve(run, observed)
         tr = handlers.trace(handlers.seed(run, key)).get_trace(*args, **kwargs)
         keep = lambda n, s: s["type"] == "deterministic" or (posterior_predictive and n in observed)
         return {n: s["value"] for n, s in tr.items() if keep(n, s)}

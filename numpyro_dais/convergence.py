@@ -7,9 +7,10 @@ windows without a significant improvement. The parameters it returns are the ave
 of those stationary windows. For the annealed guides the self-check of ``q0`` (``transport_check``)
 then judges the result, and warns with the fix where it fails.
 
-On CPU the window program is compiled at XLA's cheaper level of :mod:`numpyro_dais._compile`
-(a training loop's work is mostly the model's gradients), and compiled again, optimised, when
-the first window shows that the run is long next to that compilation.
+On CPU the window program is compiled at XLA's cheaper level of
+:mod:`numpyro_dais.runtime.compilation` (a training loop's work is mostly the model's gradients),
+and compiled again, optimised, when the first window shows that the run is long next to that
+compilation.
 """
 
 import time
@@ -18,14 +19,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_dais import _compile
-from numpyro_dais._annealed import AnnealedGuide
-from numpyro_dais._checks import check_positive_int
-from numpyro_dais._reporting import on_main_process, warn
-from numpyro_dais._selfcheck import check_q0_once
-from numpyro_dais._vectorise import jit_by_leaves
+from numpyro_dais.annealed.guide import AnnealedGuide
+from numpyro_dais.annealed.selfcheck import check_q0_once
+from numpyro_dais.bridge.checks import check_positive_int
 from numpyro_dais.engine.diagnostics import stopping
 from numpyro_dais.results import ConvergedRun
+from numpyro_dais.runtime import compilation
+from numpyro_dais.runtime.reporting import on_main_process, warn
+from numpyro_dais.runtime.vectorise import jit_by_leaves
 
 #: Steps ahead that the first window's step time is projected over when deciding whether
 #: to compile the window program again, optimised.
@@ -72,15 +73,15 @@ class _Window:
         self.level = None
         self.compile_s = 0.0
         self.compiled = None
-        if key is None or not _compile.on_cpu(jax.tree.leaves(dynamic)):
+        if key is None or not compilation.on_cpu(jax.tree.leaves(dynamic)):
             return
-        if not _compile.options_at(1):  # XLA_FLAGS chose the options
+        if not compilation.options_at(1):  # XLA_FLAGS chose the options
             return
         start = time.perf_counter()
         lowered = jitted.lower(dynamic)
-        work = _compile.flops(lowered) * num_windows
-        self.level = 1 if work <= _compile.WORK_BUDGETS[1] else None
-        self.compiled = _compile.compile_at(lowered, self.level)
+        work = compilation.flops(lowered) * num_windows
+        self.level = 1 if work <= compilation.WORK_BUDGETS[1] else None
+        self.compiled = compilation.compile_at(lowered, self.level)
         self.compile_s = time.perf_counter() - start
 
     def __call__(self, state):
@@ -238,7 +239,8 @@ def run_until_converged(
 
 
 def _progress(enabled, total):
-    """The progress bar, in process 0 only (:func:`~numpyro_dais._reporting.on_main_process`)."""
+    """The progress bar, in process 0 only
+    (:func:`~numpyro_dais.runtime.reporting.on_main_process`)."""
     if not enabled or not on_main_process():
         return None
     import tqdm

@@ -556,7 +556,7 @@ def test_langevin_kernel_trains():
 def test_member_target_gradients_are_those_of_the_batch():
     # the members share one evaluation of a separable batch density (custom VJP): the
     # gradient in each member's position and in the shared operands must be exact
-    from numpyro_dais import _semidais_sites as sites
+    from numpyro_dais.semidais import sites
 
     def batch(U, operands):
         (a,) = operands

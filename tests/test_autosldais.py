@@ -680,11 +680,11 @@ def test_guide_plates_draw_with_the_o_b_sampler():
     """The guides' own subsample plates (multi-particle SL guides, SL-DSMCS) draw their
     indices with ``engine.minibatch`` (O(B)), not numpyro's sequential Fisher-Yates loop:
     under the same seed the plate's indices are exactly that sampler's draw."""
-    from numpyro_dais import _numpyro
+    from numpyro_dais.bridge import numpyro_private
     from numpyro_dais.engine.annealing import minibatch
 
     with handlers.seed(rng_seed=0):
-        indices = _numpyro.guide_plate_indices("N", 10_000, 64)
+        indices = numpyro_private.guide_plate_indices("N", 10_000, 64)
     with handlers.seed(rng_seed=0):
         key = numpyro.prng_key()
     np.testing.assert_array_equal(indices, minibatch.without_replacement(key, 10_000, 64))

@@ -1,4 +1,4 @@
-"""Importance draws in fixed chunks (numpyro_dais/_chunked.py): one program, same draws."""
+"""Importance draws in fixed chunks (numpyro_dais/chunked.py): one program, same draws."""
 
 import jax
 import numpy as np
@@ -6,7 +6,9 @@ import optax
 import pytest
 from numpyro.infer import SVI, Trace_ELBO
 
-from numpyro_dais import AutoDAIS, _chunked, _compile, _sampling
+from numpyro_dais import AutoDAIS
+from numpyro_dais.annealed import chunked, sampling
+from numpyro_dais.runtime import compilation
 from tests import models
 
 
@@ -43,9 +45,9 @@ def test_every_draw_count_reuses_one_program():
 
 def test_applies_only_where_the_caller_chose_no_batch_or_mesh():
     key = jax.random.key(0)
-    assert _chunked.applies(None, None, key, ())
-    assert not _chunked.applies(8, None, key, ())
-    assert not _chunked.applies(None, object(), key, ())
+    assert chunked.applies(None, None, key, ())
+    assert not chunked.applies(8, None, key, ())
+    assert not chunked.applies(None, object(), key, ())
 
 
 def test_importance_draws_under_an_outer_jit_take_one_program():
@@ -74,16 +76,16 @@ def test_log_evidence_pools_the_importance_program():
     assert "_jit__log_evidence" not in guide.__dict__
     assert len(guide.__dict__["_jit_importance_chunk"].cache) == 1
     fitted = guide._params_from(params)
-    systems = _chunked.importance(guide, key, fitted, params, (y,), {}, 3)
-    expected = _sampling.evidence_of(systems.log_weights.reshape(-1)[:10])
+    systems = chunked.importance(guide, key, fitted, params, (y,), {}, 3)
+    expected = sampling.evidence_of(systems.log_weights.reshape(-1)[:10])
     for got, want in zip(ev, expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(k, _sampling.pooled_pareto_k(systems.log_weights), rtol=1e-5)
+    np.testing.assert_allclose(k, sampling.pooled_pareto_k(systems.log_weights), rtol=1e-5)
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's options")
 def test_a_short_query_compiles_cheaply_and_a_long_one_optimised(monkeypatch):
-    """The self-check's one chunk compiles at a cheap level (numpyro_dais/_compile.py); a
+    """The self-check's one chunk compiles at a cheap level (numpyro_dais/compilation.py); a
     query that runs more chunks than that level's budget recompiles the program once,
     optimised (in the background), and draws the same end points for the same keys."""
     monkeypatch.setenv("XLA_FLAGS", "")  # the suite's flags would choose the options
@@ -93,10 +95,10 @@ def test_a_short_query_compiles_cheaply_and_a_long_one_optimised(monkeypatch):
     (program,) = guide.__dict__["_jit_importance_chunk"].programs.values()
     assert program.level == 0
     one_chunk = program.flops * guide.K
-    monkeypatch.setattr(_compile, "WORK_BUDGETS", (one_chunk, 2 * one_chunk))
-    monkeypatch.setattr(_compile, "UPGRADE_MARGIN", 1.0)
+    monkeypatch.setattr(compilation, "WORK_BUDGETS", (one_chunk, 2 * one_chunk))
+    monkeypatch.setattr(compilation, "UPGRADE_MARGIN", 1.0)
     long = guide.sample_posterior(key, params, y, sample_shape=(3 * 256,), method="importance")
-    _compile.settle(guide.__dict__["_jit_importance_chunk"].programs)  # compiled aside
+    compilation.settle(guide.__dict__["_jit_importance_chunk"].programs)  # compiled aside
     (program,) = guide.__dict__["_jit_importance_chunk"].programs.values()
     assert program.level is None
     assert program.runs == 4 * guide.K  # each chunk's K transitions, asked once per query

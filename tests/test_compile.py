@@ -1,13 +1,13 @@
-"""``numpyro_dais._compile``: programs compiled at XLA:CPU's cheaper levels where their run is
-short, with the values of XLA's optimised code."""
+"""``numpyro_dais.runtime.compilation``: programs compiled at XLA:CPU's cheaper levels where their
+run is short, with the values of XLA's optimised code."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from numpyro_dais import _compile
-from numpyro_dais._vectorise import jit_by_leaves, jit_short_run
+from numpyro_dais.runtime import compilation
+from numpyro_dais.runtime.vectorise import jit_by_leaves, jit_short_run
 
 cpu_only = pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's options")
 
@@ -19,16 +19,16 @@ def _descent(x, options):
 
 
 def test_levels_follow_the_work_budgets():
-    small, large = _compile.WORK_BUDGETS
-    assert _compile.level_for(0.0) == 0 and _compile.level_for(small) == 0
-    assert _compile.level_for(small * 2) == 1 and _compile.level_for(large) == 1
-    assert _compile.level_for(large * 2) is None
-    assert _compile.options_at(None) == {}
+    small, large = compilation.WORK_BUDGETS
+    assert compilation.level_for(0.0) == 0 and compilation.level_for(small) == 0
+    assert compilation.level_for(small * 2) == 1 and compilation.level_for(large) == 1
+    assert compilation.level_for(large * 2) is None
+    assert compilation.options_at(None) == {}
 
 
 def test_a_flag_the_user_set_stands(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=2")
-    options = _compile.options_at(0)
+    options = compilation.options_at(0)
     assert "xla_backend_optimization_level" not in options
     assert options["xla_cpu_use_fusion_emitters"] is False
 
@@ -45,10 +45,10 @@ def test_run_for_picks_the_level_by_the_work_asked_so_far(monkeypatch):
     options = {"rate": 0.1, "steps": 5}
     program = jit_by_leaves(_descent)
     expected = jax.jit(lambda x: _descent(x, options))(x)
-    work = _compile.flops(jax.jit(lambda x: _descent(x, options)).lower(x))
+    work = compilation.flops(jax.jit(lambda x: _descent(x, options)).lower(x))
     assert 0 < work < np.inf
-    monkeypatch.setattr(_compile, "WORK_BUDGETS", (10 * work, 100 * work))
-    monkeypatch.setattr(_compile, "UPGRADE_MARGIN", 2.0)
+    monkeypatch.setattr(compilation, "WORK_BUDGETS", (10 * work, 100 * work))
+    monkeypatch.setattr(compilation, "UPGRADE_MARGIN", 2.0)
     levels = lambda: [p.level for p in program.programs.values()]
     # the runs asked so far: 1, 6, 11, ..., 21 (past 2 x 10), 121, 201 (past 2 x 100), 2201;
     # a first call compiles for its own runs: level 1 for 11
@@ -57,7 +57,7 @@ def test_run_for_picks_the_level_by_the_work_asked_so_far(monkeypatch):
     for scale, level in calls:
         np.testing.assert_allclose(program.run_for(scale, x, options), expected, rtol=1e-6)
         assert levels() == [before]  # the call itself ran the program it had
-        _compile.settle(program.programs)
+        compilation.settle(program.programs)
         assert levels() == [level]
         before = level
     fresh = jit_by_leaves(_descent)
@@ -97,7 +97,9 @@ def test_a_short_run_program_stays_cheap_and_compiles_once_per_static_argument(m
 
 
 def test_where_xla_flags_choose_the_options_the_program_is_plain_jit(monkeypatch):
-    monkeypatch.setenv("XLA_FLAGS", " ".join(f"--{k}={v}" for k, v in _compile.LEVELS[0].items()))
+    monkeypatch.setenv(
+        "XLA_FLAGS", " ".join(f"--{k}={v}" for k, v in compilation.LEVELS[0].items())
+    )
     program = jit_by_leaves(_descent)
     x = jnp.linspace(-1.0, 1.0, 7)
     np.testing.assert_allclose(

@@ -81,6 +81,7 @@ def test_plots_and_exports(hmc):
     assert len(ax.lines) == 3  # two systems and the line ESS = N
     plt.close("all")
     # plot_ess lives in diagnostics and is re-exported where it used to be
-    from numpyro_dais import autodsmcs, diagnostics
+    from numpyro_dais import diagnostics
+    from numpyro_dais.annealed import autodsmcs
 
     assert numpyro_dais.plot_ess is diagnostics.plot_ess is autodsmcs.plot_ess

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from numpyro_dais import _hostcall
+from numpyro_dais.runtime import hostcall
 
 
 def _program(fn):
@@ -16,7 +16,7 @@ def _program(fn):
         count = jnp.sum(jnp.isnan(x))
         report = jax.lax.cond(
             count > 0,
-            lambda a: _hostcall.host_call(fn, a),
+            lambda a: hostcall.host_call(fn, a),
             lambda a: jnp.zeros((), jnp.float32),
             (count, jnp.nanmax(x)),
         )
@@ -34,7 +34,7 @@ def test_the_call_runs_only_in_the_taken_branch_and_leaves_no_host_callback():
     assert calls == [(1.0, 3.0)]
     if jax.default_backend() == "cpu":  # the FFI path: no JAX host callback in the program
         hlo = step.lower(x).compile().as_text()
-        assert _hostcall.TARGET in hlo and "python_cpu_callback" not in hlo
+        assert hostcall.TARGET in hlo and "python_cpu_callback" not in hlo
 
 
 def test_an_exception_in_the_function_fails_the_step_with_its_message():
@@ -52,7 +52,7 @@ def test_an_exception_in_the_function_fails_the_step_with_its_message():
 def test_pure_callback_fallback(monkeypatch):
     """Where the FFI handler cannot be used (another platform, an unknown FFI ABI), the same
     call goes through ``jax.pure_callback``."""
-    monkeypatch.setattr(_hostcall, "_ffi_ok", [False])
+    monkeypatch.setattr(hostcall, "_ffi_ok", [False])
     calls = []
     step = _program(lambda *v: calls.append(v))
     assert float(step(jnp.array([jnp.nan, 4.0]))) == 4.0
@@ -66,8 +66,8 @@ def _warn(name, state, count):
 
 def test_ids_are_stable_for_plain_partials_and_distinct_for_stateful_ones():
     same = [functools.partial(_warn, "a", "info"), functools.partial(_warn, "a", "info")]
-    assert _hostcall._register(same[0]) == _hostcall._register(same[1])
-    assert _hostcall._register(same[0]) != _hostcall._register(functools.partial(_warn, "b", "x"))
+    assert hostcall._register(same[0]) == hostcall._register(same[1])
+    assert hostcall._register(same[0]) != hostcall._register(functools.partial(_warn, "b", "x"))
     # a partial over mutable state (e.g. a guide's step counter) is its own function
     a, b = functools.partial(_warn, "g", []), functools.partial(_warn, "g", [])
-    assert _hostcall._register(a) != _hostcall._register(b)
+    assert hostcall._register(a) != hostcall._register(b)

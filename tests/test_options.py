@@ -10,7 +10,7 @@ from numpyro_dais import (
     AutoSurrogateLikelihoodDAIS,
     AutoSurrogateLikelihoodDSMCS,
 )
-from numpyro_dais._options import Annealing, Resampling, SurrogateLikelihood
+from numpyro_dais.annealed.options import Annealing, Resampling, SurrogateLikelihood
 from numpyro_dais.engine.smc import resampling
 
 PRESETS = [AutoDAIS, AutoDSMCS, AutoSurrogateLikelihoodDAIS, AutoSurrogateLikelihoodDSMCS]

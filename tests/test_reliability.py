@@ -25,14 +25,9 @@ import pytest
 from numpyro.distributions import constraints
 from numpyro.infer import SVI, Predictive, RenyiELBO, Trace_ELBO
 
-from numpyro_dais import (
-    AutoDAIS,
-    AutoDSMCS,
-    AutoGPVI,
-    AutoSurrogateLikelihoodDAIS,
-    _numpyro,
-    _setup,
-)
+from numpyro_dais import AutoDAIS, AutoDSMCS, AutoGPVI, AutoSurrogateLikelihoodDAIS
+from numpyro_dais.annealed import setup
+from numpyro_dais.bridge import numpyro_private
 from numpyro_dais.engine.validation import SubsamplingNotSupportedError
 from tests import models
 
@@ -100,14 +95,14 @@ def test_stiff_posterior_without_the_laplace_start_is_reported(how, monkeypatch)
     ``laplace_init=False`` q0 starts exactly at ``init_loc_fn`` with ``init_scale``: a stiff
     posterior is then loud at set-up, with the measured curvature and the fix."""
     if how == "too large":
-        monkeypatch.setattr(_setup, "MAX_DENSE_DIM", 0)
+        monkeypatch.setattr(setup, "MAX_DENSE_DIM", 0)
     x, y, _, _ = stiff_data()
     guide = AutoDAIS(regression, laplace_init=how != "laplace_init=False", init_scale=0.3)
     svi = SVI(regression, guide, optax.adam(1e-2), Trace_ELBO())
     with pytest.warns(UserWarning, match=r"stiff.*λ ≈ 2\.\d+e\+05.*standardise the covariates"):
         params = svi.get_params(svi.init(jax.random.key(0), x, y))
     assert guide.curvature > 1e5
-    np.testing.assert_array_equal(params["auto_z_0_loc"], _numpyro.init_latent(guide))
+    np.testing.assert_array_equal(params["auto_z_0_loc"], numpyro_private.init_latent(guide))
     np.testing.assert_allclose(params["auto_z_0_scale"], 0.3, rtol=1e-6)
 
 
@@ -481,12 +476,12 @@ def test_eager_loss_equals_the_jitted_loss(guide_cls):
 
 def test_set_up_finds_numpyros_initial_point_in_one_program():
     """numpyro's set-up (``initialize_model``) with its initial-point search under ``jit``
-    (:func:`~numpyro_dais._numpyro.compiled_initialization`) finds the initial point in one
-    compiled program: the same values, in the model's site order (the flat latent's
-    layout), as its search outside ``jit``, which compiles each operation of the log
-    density and its gradient on its own. Shapes of this test only, so that no program of
-    another test is reused; the compiled search runs first, so the eager one reuses the
-    model's forward operations and the count compares the gradients' programs alone."""
+    (:func:`~numpyro_dais.bridge.numpyro_private.compiled_initialization`) finds the initial point
+    in one compiled program: the same values, in the model's site order (the flat latent's layout),
+    as its search outside ``jit``, which compiles each operation of the log density and its gradient
+    on its own. Shapes of this test only, so that no program of another test is reused; the compiled
+    search runs first, so the eager one reuses the model's forward operations and the count compares
+    the gradients' programs alone."""
     from jax import monitoring
     from numpyro.infer.autoguide import AutoNormal
 
@@ -508,7 +503,7 @@ def test_set_up_finds_numpyros_initial_point_in_one_program():
             guide = AutoNormal(model)
             with numpyro.handlers.seed(rng_seed=3):
                 if compiled:
-                    with _numpyro.compiled_initialization():
+                    with numpyro_private.compiled_initialization():
                         guide._setup_prototype(X, y)
                 else:
                     guide._setup_prototype(X, y)
@@ -531,7 +526,7 @@ def test_svi_init_is_recognised():
         numpyro.sample("x", dist.Normal(0.0, 1.0))
 
     def guide():
-        seen.append(_numpyro.in_svi_init())
+        seen.append(numpyro_private.in_svi_init())
         numpyro.sample("x", dist.Normal(numpyro.param("loc", 0.0), 1.0))
 
     svi = SVI(model, guide, optax.adam(0.1), Trace_ELBO())

@@ -1,5 +1,5 @@
-"""The set-up of the annealed guides (``numpyro_dais._setup``) and the q0 self-check
-(``numpyro_dais._selfcheck``): a mode, its Laplace whitening, loud failures, and the
+"""The set-up of the annealed guides (``numpyro_dais.annealed.setup``) and the q0 self-check
+(``numpyro_dais.annealed.selfcheck``): a mode, its Laplace whitening, loud failures, and the
 check that q0 draws agree with the annealed end points."""
 
 import warnings
@@ -16,7 +16,7 @@ from numpyro.distributions import constraints
 from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO
 
 from numpyro_dais import AutoDAIS
-from numpyro_dais._objective import divergence_brake
+from numpyro_dais.annealed.objective import divergence_brake
 from numpyro_dais.engine.setup import refinement
 from tests import models
 

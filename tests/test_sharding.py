@@ -262,7 +262,7 @@ def test_a_host_call_in_a_partitioned_program_runs_once(mesh):
     """Divergence warnings in a program split over the mesh come once per step, not once
     per device: the CPU fast path (an FFI custom call, which every device would run) is for
     one-device programs; a partitioned one gets ``pure_callback``, which JAX runs once."""
-    from numpyro_dais._reporting import warn_from_jit
+    from numpyro_dais.runtime.reporting import warn_from_jit
 
     calls = []
 

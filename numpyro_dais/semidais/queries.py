@@ -19,12 +19,13 @@ import numpyro
 from numpyro import handlers
 from numpyro.infer import Trace_ELBO
 
-from numpyro_dais import _numpyro, _sampling
-from numpyro_dais import _semidais_sites as sites
-from numpyro_dais._checks import check_batch_size, check_positive_int
-from numpyro_dais._compile import annealing_runs
-from numpyro_dais._vectorise import map_batched, map_chunks
+from numpyro_dais.annealed import sampling
+from numpyro_dais.bridge import numpyro_private
+from numpyro_dais.bridge.checks import check_batch_size, check_positive_int
 from numpyro_dais.results import LogEvidence
+from numpyro_dais.runtime.compilation import annealing_runs
+from numpyro_dais.runtime.vectorise import map_batched, map_chunks
+from numpyro_dais.semidais import sites
 
 #: Draws are run in slices of about this many members' chains (``max(4, this / members)``
 #: draws at a time): one vmap over every draw at once is memory-bound on a CPU.
@@ -47,14 +48,14 @@ class SemiDAISQueries:
                 pass  # the members: substituted outside, else a batch drawn once for all draws
         shape = tuple(sample_shape)
         keys = jax.random.split(rng_key, int(np.prod(shape)) if shape else 1)
-        with _numpyro.isolated():
+        with numpyro_private.isolated():
             draws = self._compiled(self._draws).run_for(self.K, keys, params, idx, args, kwargs)
         return jax.tree.map(lambda x: jnp.reshape(x, shape + jnp.shape(x)[1:]), draws)
 
     def _draws(self, keys, params, idx, args, kwargs):
         """The latent sites of one guide run per key, for the members ``idx``: one compiled
         program per guide and argument structure, run with no handler from outside
-        (:func:`~numpyro_dais._numpyro.isolated`), so that ``idx`` stays an input."""
+        (:func:`~numpyro_dais.bridge.numpyro_private.isolated`), so that ``idx`` stays an input."""
         names = sites.latent_names(self.prototype_trace)
 
         def one(key):
@@ -86,7 +87,7 @@ class SemiDAISQueries:
         runs = annealing_runs(self.K, num_particles, batch_size)
         out = evidence.run_for(runs, rng_key, params, args, kwargs, num_particles, batch_size)
         what = f"log_evidence's weights (S = {num_particles})"
-        _sampling.warn_if_heavy_tailed(type(self).__name__, out.pareto_k, num_particles, what)
+        sampling.warn_if_heavy_tailed(type(self).__name__, out.pareto_k, num_particles, what)
         return out
 
     def _log_evidence(self, rng_key, params, args, kwargs, num_particles, batch_size):
@@ -98,7 +99,7 @@ class SemiDAISQueries:
 
         weights_of = lambda key, n: jax.vmap(weight)(jax.random.split(key, n))
         log_w = map_chunks(weights_of, rng_key, num_particles, batch_size)
-        return _sampling.evidence_of(log_w)
+        return sampling.evidence_of(log_w)
 
     @contextlib.contextmanager
     def _query(self):

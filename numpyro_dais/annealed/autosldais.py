@@ -11,11 +11,11 @@ importance sampling" (SL-DAIS; NS-DAIS is their naive-subsampling baseline); Zen
 (2023), "Resampling gradients vanish in differentiable sequential Monte Carlo samplers".
 """
 
-from numpyro_dais._annealed import AnnealedGuide
-from numpyro_dais._checks import check_choice, check_positive_int
-from numpyro_dais._options import Annealing, Resampling, SurrogateLikelihood, parse
-from numpyro_dais._reporting import warn
-from numpyro_dais.targets import NaiveMiniBatch, Surrogate
+from numpyro_dais.annealed.guide import AnnealedGuide
+from numpyro_dais.annealed.options import Annealing, Resampling, SurrogateLikelihood, parse
+from numpyro_dais.annealed.targets import NaiveMiniBatch, Surrogate
+from numpyro_dais.bridge.checks import check_choice, check_positive_int
+from numpyro_dais.runtime.reporting import warn
 
 __all__ = ["AutoSurrogateLikelihoodDAIS", "AutoSurrogateLikelihoodDSMCS"]
 
@@ -23,7 +23,7 @@ DYNAMICS = ("surrogate", "naive")
 
 
 def surrogate_target(guide, annealing, surrogate, smc=False):
-    """The target of a preset's :class:`~numpyro_dais._options.SurrogateLikelihood` options,
+    """The target of a preset's :class:`~numpyro_dais.annealed.options.SurrogateLikelihood` options,
     which are set on ``guide``; for DAIS, warns about the bias of ``num_particles > 1`` with
     mini-batches (an SMC system has ``N > 1`` by design: its docstring states the bias
     instead)."""

@@ -19,19 +19,19 @@ import optax
 from numpyro.distributions import constraints
 from numpyro.infer.initialization import init_to_uniform
 
-from numpyro_dais import _numpyro
-from numpyro_dais._autoguide import ContinuousGuide
-from numpyro_dais._checks import (
+from numpyro_dais.bridge import numpyro_private
+from numpyro_dais.bridge.autoguide import ContinuousGuide
+from numpyro_dais.bridge.checks import (
     check_choice,
     check_gpvi_objective,
     check_mesh,
     check_positive_float,
     check_positive_int,
 )
-from numpyro_dais._modelview import log_joint
-from numpyro_dais._reporting import report_gpvi, warn
-from numpyro_dais._vectorise import map_batched, shard_particles
+from numpyro_dais.bridge.modelview import log_joint
 from numpyro_dais.engine.vi import gpvi, networks
+from numpyro_dais.runtime.reporting import report_gpvi, warn
+from numpyro_dais.runtime.vectorise import map_batched, shard_particles
 
 #: ``"auto"``: the exact solve up to :data:`EXACT_MAX_DIM` latent dimensions, else the helper
 JACOBIANS = ("auto", *gpvi.JACOBIANS)
@@ -228,7 +228,7 @@ class AutoGPVI(ContinuousGuide):
         key = jax.random.PRNGKey(0) if key is None else key
         key_gen, key_help = jax.random.split(key)
         self._init_generator = networks.generator_init(
-            key_gen, k, D, self.hidden_dims, _numpyro.init_latent(self), self.init_scale
+            key_gen, k, D, self.hidden_dims, numpyro_private.init_latent(self), self.init_scale
         )
         self._init_helper = (
             networks.helper_init(key_help, k, D, self.helper_hidden, self.helper_layers)
@@ -282,7 +282,7 @@ class AutoGPVI(ContinuousGuide):
         return self._generator(layers, lam)(jax.random.normal(rng_key, (self.latent_dim,)))
 
     def _in_loss(self, call, args, kwargs):
-        check_gpvi_objective(type(self).__name__, _numpyro.enclosing_elbo())
+        check_gpvi_objective(type(self).__name__, numpyro_private.enclosing_elbo())
         return call
 
     def _loss_term(self, rng_key, call, args, kwargs):

@@ -1,7 +1,7 @@
 """The template every flat guide fills in: the training call and ``sample_posterior``'s
 skeleton.
 
-:class:`GuideTemplate` (a base of :class:`~numpyro_dais._autoguide.ContinuousGuide`) owns the
+:class:`GuideTemplate` (a base of :class:`~numpyro_dais.bridge.autoguide.ContinuousGuide`) owns the
 protocol of a guide call under NumPyro (a ``Predictive`` draw, ``svi.init``, the loss term
 and its factor site) and the checks and shaping of posterior draws; ``AnnealedGuide`` and
 ``AutoGPVI`` fill in its hooks.
@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpyro
 
-from numpyro_dais import _numpyro
-from numpyro_dais._checks import check_batch_size, check_mesh, check_sample_shape
+from numpyro_dais.bridge import numpyro_private
+from numpyro_dais.bridge.checks import check_batch_size, check_mesh, check_sample_shape
 
 
 class DrawPlan(NamedTuple):
@@ -38,24 +38,23 @@ class GuideTemplate:
 
     def _latent_sample(self, *args, **kwargs):
         """The training-call protocol every flat guide shares (a NumPyro guide call's
-        flat latent, bridged in :mod:`numpyro_dais._numpyro`), filled in by the hooks below:
-        outside a loss (e.g. ``Predictive``) one posterior draw; under ``svi.init``, which
-        keeps only the parameters and a latent value, a cheap draw and a zero weight; in a
-        loss, the guide's objective (one compiled program when the guide runs eagerly), whose
-        log weight enters the ELBO as a factor site. Returns the flat latent ``z (D,)``
-        handed to the model."""
+        flat latent, bridged in :mod:`numpyro_dais.bridge.numpyro_private`), filled in by the hooks
+        below: outside a loss (e.g. ``Predictive``) one posterior draw; under ``svi.init``, which
+        keeps only the parameters and a latent value, a cheap draw and a zero weight; in a loss, the
+        guide's objective (one compiled program when the guide runs eagerly), whose log weight
+        enters the ELBO as a factor site. Returns the flat latent ``z (D,)`` handed to the model."""
         kwargs.pop("sample_shape", None)
         rng_key = numpyro.prng_key()
         call = self._read_params(args, kwargs)
-        if not _numpyro.in_loss():
+        if not numpyro_private.in_loss():
             return self._posterior_draw(rng_key, call, args, kwargs)
         call = self._in_loss(call, args, kwargs)
         site = f"{self.prefix}_{self._weight_site}"
-        if _numpyro.in_svi_init():
-            _numpyro.emit_log_weight(site, jnp.zeros(()))
+        if numpyro_private.in_svi_init():
+            numpyro_private.emit_log_weight(site, jnp.zeros(()))
             return self._init_draw(rng_key, call, args, kwargs)
         z, log_weight = self._loss_term(rng_key, call, args, kwargs)
-        _numpyro.emit_log_weight(site, log_weight)
+        numpyro_private.emit_log_weight(site, log_weight)
         return z
 
     def _read_params(self, args, kwargs):

@@ -23,22 +23,23 @@ from numpyro import handlers
 from numpyro.distributions import constraints
 from numpyro.infer.initialization import init_to_uniform
 
-from numpyro_dais import _numpyro, _objective
-from numpyro_dais import _semidais_cv as cv
-from numpyro_dais import _semidais_laplace as laplace
-from numpyro_dais import _semidais_sites as sites
-from numpyro_dais._checks import check_positive_float, check_positive_int, check_step_sizes
-from numpyro_dais._reporting import report_diverged
-from numpyro_dais._semidais_queries import SemiDAISQueries
-from numpyro_dais._semidais_setup import SemiDAISSetUp
-from numpyro_dais._vectorise import CompiledPrograms
+from numpyro_dais.annealed import objective
+from numpyro_dais.bridge import numpyro_private
+from numpyro_dais.bridge.checks import check_positive_float, check_positive_int, check_step_sizes
 from numpyro_dais.engine.annealing import dais, gaussian, transitions, weights
 from numpyro_dais.engine.annealing.path import betas_from_increments
+from numpyro_dais.runtime.reporting import report_diverged
+from numpyro_dais.runtime.vectorise import CompiledPrograms
+from numpyro_dais.semidais import cv, laplace, sites
+from numpyro_dais.semidais.queries import SemiDAISQueries
+from numpyro_dais.semidais.setup import SemiDAISSetUp
 
 __all__ = ["AutoSemiDAIS"]
 
 
-class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.AutoGuideBridge):
+class AutoSemiDAIS(
+    SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, numpyro_private.AutoGuideBridge
+):
     """Semi-DAIS guide: ``global_guide`` for the global latents, a DAIS chain of ``K``
     transitions (our engine's, vmapped over the plate's members) for each member's local
     latents. Under ``SVI(model, guide, optim, Trace_ELBO())`` the loss is minus the
@@ -49,17 +50,17 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
     ``control_variate``. Two defaults differ from numpyro's: ``K = 8`` and
     ``use_global_dais_params=True``.
 
-    By default (``base='auto'``, up to :data:`~numpyro_dais._semidais_setup.LAPLACE_MAX_DIM`
+    By default (``base='auto'``, up to :data:`~numpyro_dais.semidais.setup.LAPLACE_MAX_DIM`
     local coordinates per member) each member's base ``q0`` is its local Laplace
     approximation given the drawn globals: one Newton step on ``ℓ_n(·; θ)`` from the member's
     expansion point, scales from the curvature there times one learnt factor per coordinate
-    (:mod:`numpyro_dais._semidais_laplace`). The base follows ``θ``, so the chains' gap does
+    (:mod:`numpyro_dais.semidais.laplace`). The base follows ``θ``, so the chains' gap does
     not grow as ``θ`` moves away from the centre (which narrows ``q(θ)`` when it does), and
     it needs no per-member training, which a member visited once every ``N / B`` steps does
     not get. ``svi.init`` fits the globals by the nested Laplace approximation (the local
     latents integrated out member by member) and starts an ``AutoNormal`` global guide
     there, and every member's expansion point at its local mode. The mini-batch sum over the
-    members carries a control variate (:mod:`numpyro_dais._semidais_cv`) that removes the
+    members carries a control variate (:mod:`numpyro_dais.semidais.cv`) that removes the
     spread between members from the loss and its gradient.
 
     :param model: a NumPyro model with global latents outside one local plate and local
@@ -104,7 +105,7 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
     :param bool report_divergences: warn (``RuntimeWarning``) from inside the jitted step
         when chains diverged. A diverged chain always falls back to its start for that step
         (its term is the ``K = 0`` bound, ``log p(x_n, z_0 | θ) − log q0(z_0)``) and its
-        step sizes are pushed down (:func:`numpyro_dais._objective.divergence_brake`).
+        step sizes are pushed down (:func:`numpyro_dais.annealed.objective.divergence_brake`).
     :param str base: the members' base without a ``local_guide``: ``"laplace"`` (above;
         ``{prefix}_z_0_loc (N, D)`` the expansion points, fixed at the set-up's local modes
         when its fit converged, ``{prefix}_z_0_scale (D,)`` the learnt factor), ``"gaussian"``
@@ -303,7 +304,7 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
                 )
                 result[s.name] = numpyro.sample(s.name, delta)
             fraction = jnp.mean(bad, axis=-1)
-            log_w = log_w + jax.vmap(_objective.divergence_brake)(step_sizes, fraction)
+            log_w = log_w + jax.vmap(objective.divergence_brake)(step_sizes, fraction)
             if self.report_divergences:  # adds 0.0: the loss keeps the check in the program
                 log_w = log_w + self._report(bad)
             if fits:
@@ -311,9 +312,9 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
                 c, total = cv.control_variate(self.prefix, lay.size, idx, stats, operands)
                 log_w = log_w - c
             log_w = jnp.reshape(log_w, (-1,) + (1,) * (-lay.dim - 1))
-            _numpyro.emit_log_weight(f"{self.prefix}_local_dais_factor", -log_w)
+            numpyro_private.emit_log_weight(f"{self.prefix}_local_dais_factor", -log_w)
         if fits:
-            _numpyro.emit_log_weight(f"{self.prefix}_control_variate_total", -total)
+            numpyro_private.emit_log_weight(f"{self.prefix}_control_variate_total", -total)
         return result
 
     def _report(self, diverged):
@@ -325,9 +326,9 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
         return report_diverged(name, jnp.sum(diverged), diverged.size, info, fell_back=True)
 
     def _members(self, rng_key, q0, anneal, idx, params, local_args, local_kwargs, fits=False):
-        """:func:`~numpyro_dais._semidais_sites.member_terms` of the batch's chains
+        """:func:`~numpyro_dais.semidais.sites.member_terms` of the batch's chains
         (:meth:`_chains`), and with ``fits`` the control variate's fits of the batch's terms
-        (:func:`~numpyro_dais._semidais_cv.statistics`): a pure function, compiled as one
+        (:func:`~numpyro_dais.semidais.cv.statistics`): a pure function, compiled as one
         program (:meth:`_compiled`), so that a call of the guide outside ``jit``
         (``svi.init``, ``Predictive``, ``sample_posterior``) runs it whole instead of
         operation by operation, each operation compiled on its own."""
@@ -349,7 +350,7 @@ class AutoSemiDAIS(SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, _numpyro.Au
     def _chains(self, rng_key, q0, anneal, idx, params, local_args, local_kwargs):
         """``num_particles`` DAIS chains per member (:func:`numpyro_dais.engine.annealing.dais.run`,
         vmapped over the batch). Member ``n``'s target is ``ℓ_n``
-        (:func:`~numpyro_dais._semidais_sites.member_target`: the batch evaluated once per
+        (:func:`~numpyro_dais.semidais.sites.member_target`: the batch evaluated once per
         leapfrog step for all members). With one particle the weight omits ``ℓ_n(u_K)``,
         which the model's own term supplies; with several it is whole."""
         lay, B, trace, model = self._layout, idx.shape[0], self.prototype_trace, self.local_model

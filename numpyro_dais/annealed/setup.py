@@ -13,7 +13,7 @@ whitening takes the full data's Hessian at the search's end point (one Hessian-v
 product on all the rows per coordinate) and is centred one full-data Newton step further
 (:func:`_newton_finish`); the full-data log joint's value and gradient at the end point
 also serve the control variate of the final term
-(:meth:`~numpyro_dais.targets.Surrogate.correction`).
+(:meth:`~numpyro_dais.annealed.targets.Surrogate.correction`).
 """
 
 import math
@@ -22,9 +22,10 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from numpyro_dais import _compile, _numpyro
-from numpyro_dais._reporting import warn
+from numpyro_dais.bridge import numpyro_private
 from numpyro_dais.engine.setup import curvature, preconditioning, refinement
+from numpyro_dais.runtime import compilation
+from numpyro_dais.runtime.reporting import warn
 
 #: Largest latent dimension ``D`` for which the set-up forms the ``D × D`` Hessian (one
 #: Hessian-vector product per column and Newton iteration) and whitens by its Laplace
@@ -64,7 +65,7 @@ class SetUp(NamedTuple):
     linear: tuple | None = None
     """``(ẑ, ℓ(ẑ), ∇ℓ(ẑ))``: the start density's value and gradient at the mode search's
     end point (host arrays), for a mini-batch target's control variate; ``None`` where the
-    guide asks for none (:meth:`~numpyro_dais._annealed.AnnealedGuide._linearises`) or
+    guide asks for none (:meth:`~numpyro_dais.annealed.guide.AnnealedGuide._linearises`) or
     there is no Laplace start."""
 
 
@@ -83,7 +84,7 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
     ``eta_init``, ``eta_max``); the measurement runs on its dynamics and start densities
     (``guide._on_dynamics``)."""
     name = type(guide).__name__
-    init = _numpyro.init_latent(guide)
+    init = numpyro_private.init_latent(guide)
     dim = init.shape[0]
     laplace = guide.laplace_init and dim <= MAX_DENSE_DIM
     linearise = laplace and guide._linearises()
@@ -144,13 +145,13 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
 #: gradients per evaluation of the fit.
 REFINE_DRAWS = 32
 #: Loop bodies the refinement's fit runs, for its program's compilation level
-#: (:func:`numpyro_dais._compile.run_for`): about 100 evaluations of the ELBO's gradient by
-#: L-BFGS, over the 3 bodies of the program that evaluate it (XLA counts each once: the
-#: starts' and the line search's two); the model's gradients, so counted at
-#: 1 / :data:`~numpyro_dais._compile.GRADIENT_WORK_DISCOUNT`. A short run: a cheaper
-#: compilation pays for itself where the set-up's count, made for the mode search's
+#: (:func:`numpyro_dais.runtime.compilation.run_for`): about 100 evaluations of the ELBO's
+#: gradient by L-BFGS, over the 3 bodies of the program that evaluate it (XLA counts each
+#: once: the starts' and the line search's two); the model's gradients, so counted at
+#: 1 / :data:`~numpyro_dais.runtime.compilation.GRADIENT_WORK_DISCOUNT`. A short run: a
+#: cheaper compilation pays for itself where the set-up's count, made for the mode search's
 #: hundreds of Hessian columns, would optimise the code.
-REFINE_RUNS = 100 / 3 / _compile.GRADIENT_WORK_DISCOUNT
+REFINE_RUNS = 100 / 3 / compilation.GRADIENT_WORK_DISCOUNT
 
 
 def _moved(refined) -> bool:

@@ -23,9 +23,9 @@ from numpyro.distributions import constraints
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import potential_energy
 
-from numpyro_dais import _numpyro
-from numpyro_dais._checks import check_full_data
-from numpyro_dais._modelview import (
+from numpyro_dais.bridge import numpyro_private
+from numpyro_dais.bridge.checks import check_full_data
+from numpyro_dais.bridge.modelview import (
     ModelView,
     data_plates,
     log_joint,
@@ -136,7 +136,7 @@ class _MiniBatchTarget(FullData):
     def final(self, view, args, kwargs, params, batch=None):
         if batch is None:
             batch = {name: jnp.arange(nd) for name, (nd, _) in self.plates.items()}
-        return log_joint(view, args, kwargs, params, handler=_numpyro.FixPlates(batch))
+        return log_joint(view, args, kwargs, params, handler=numpyro_private.FixPlates(batch))
 
     def start(self, view, args, kwargs, params, rng_key):
         # the full data, read once at set-up: the mode of a surrogate on N_s rows (or of one
@@ -153,7 +153,7 @@ class _MiniBatchTarget(FullData):
         model = view.model if model is None else model
         plates = subsampled_plates(trace_without_sampling(model, args, kwargs))
         return {
-            name: _numpyro.guide_plate_indices(name, size, subsample_size)
+            name: numpyro_private.guide_plate_indices(name, size, subsample_size)
             for name, (size, subsample_size) in self.plates.items()
             if plates.get(name) == (size, subsample_size)
         }
@@ -233,7 +233,7 @@ class Surrogate(_MiniBatchTarget):
         if batch is None:
             keys = jax.random.split(rng_key, len(self.plates))
             batch = {
-                name: _numpyro.subsample_indices(size, subsample_size, key)
+                name: numpyro_private.subsample_indices(size, subsample_size, key)
                 for key, (name, (size, subsample_size)) in zip(
                     keys, self.plates.items(), strict=True
                 )
@@ -266,7 +266,7 @@ class Surrogate(_MiniBatchTarget):
             )
         key = jax.random.key(SURROGATE_SEED)
         indices = jnp.sort(jax.random.choice(key, size, (num,), replace=False))
-        recorder = _numpyro.SurrogateData(name, size, indices)
+        recorder = numpyro_private.SurrogateData(name, size, indices)
         # the latent values do not matter here, only the rows; init_to_uniform needs no
         # sampler, so improper priors work too
         seeded = handlers.substitute(handlers.seed(view.model, key), substitute_fn=init_to_uniform)
@@ -324,7 +324,9 @@ class Surrogate(_MiniBatchTarget):
 
             return log_surrogate
         name, size, indices, rows = self._rows
-        handler = _numpyro.SurrogateData(name, size, indices, rows, params[self.weights_name])
+        handler = numpyro_private.SurrogateData(
+            name, size, indices, rows, params[self.weights_name]
+        )
         return log_joint(view, args, kwargs, params, handler=handler)
 
 
@@ -335,7 +337,7 @@ class NaiveMiniBatch(_MiniBatchTarget):
     def dynamics(self, view, args, kwargs, params, rng_key):
         keys = jax.random.split(rng_key, len(self.plates))
         batch = {
-            name: _numpyro.subsample_indices(size, subsample_size, key)
+            name: numpyro_private.subsample_indices(size, subsample_size, key)
             for key, (name, (size, subsample_size)) in zip(keys, self.plates.items(), strict=True)
         }
-        return log_joint(view, args, kwargs, params, handler=_numpyro.FixPlates(batch))
+        return log_joint(view, args, kwargs, params, handler=numpyro_private.FixPlates(batch))

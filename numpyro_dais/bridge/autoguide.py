@@ -5,9 +5,9 @@ The guides flatten all latent sites into one unconstrained vector (like numpyro'
 
 * the log joint used by the dynamics is rebuilt from the arguments of the *current* call
   and the *current* values of the model's ``numpyro.param`` sites
-  (:func:`numpyro_dais._modelview.log_joint`);
+  (:func:`numpyro_dais.bridge.modelview.log_joint`);
 * the weight factor is a reparameterised site, so ``TraceGraph_ELBO`` keeps its gradient
-  (:func:`numpyro_dais._numpyro.emit_log_weight`);
+  (:func:`numpyro_dais.bridge.numpyro_private.emit_log_weight`);
 * unpacking and constraining draws is vectorised with ``vmap`` and an optional
   ``batch_size``;
 * options are fixed at construction, and foreign or missing parameters are refused.
@@ -26,26 +26,26 @@ from numpyro.distributions.util import sum_rightmost
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import helpful_support_errors
 
-from numpyro_dais import _numpyro
-from numpyro_dais._checks import (
+from numpyro_dais.bridge import numpyro_private
+from numpyro_dais.bridge.checks import (
     check_full_data,
 )
-from numpyro_dais._modelview import (
+from numpyro_dais.bridge.modelview import (
     ModelView,
     hidden_values,
     split,
     subsampled_plates,
     trace_without_sampling,
 )
-from numpyro_dais._template import GuideTemplate
-from numpyro_dais._vectorise import CompiledPrograms, map_batched
+from numpyro_dais.bridge.template import GuideTemplate
 from numpyro_dais.engine.annealing import weights
+from numpyro_dais.runtime.vectorise import CompiledPrograms, map_batched
 
 
-class ContinuousGuide(GuideTemplate, CompiledPrograms, _numpyro.AutoContinuousBridge):
+class ContinuousGuide(GuideTemplate, CompiledPrograms, numpyro_private.AutoContinuousBridge):
     """Base of the package's guides: a flat unconstrained latent ``z ∈ R^D``.
 
-    Subclasses fill in the hooks of :class:`~numpyro_dais._template.GuideTemplate` (the
+    Subclasses fill in the hooks of :class:`~numpyro_dais.bridge.template.GuideTemplate` (the
     training call and the skeleton of ``sample_posterior``); this class gives them a
     :class:`ModelView` of the model, its current parameters, vectorised constraining of draws
     and checks of ``params``. Subclasses set
@@ -88,7 +88,7 @@ class ContinuousGuide(GuideTemplate, CompiledPrograms, _numpyro.AutoContinuousBr
     def _after_setup(self, args, kwargs):
         """Once numpyro has traced the model: the :class:`ModelView`, the set-up data, the
         model's own parameters and its plates."""
-        model = _numpyro.unblocked(self.model)
+        model = numpyro_private.unblocked(self.model)
         transforms = {}
         for name, site in self.prototype_trace.items():
             if site["type"] == "sample" and not site["is_observed"]:
@@ -107,7 +107,7 @@ class ContinuousGuide(GuideTemplate, CompiledPrograms, _numpyro.AutoContinuousBr
         self._view = ModelView(
             type(self).__name__,
             model,
-            functools.partial(_numpyro.unpack_latent, self),
+            functools.partial(numpyro_private.unpack_latent, self),
             transforms,
             hidden,
         )
@@ -243,7 +243,7 @@ class ContinuousGuide(GuideTemplate, CompiledPrograms, _numpyro.AutoContinuousBr
         values of non-centred sites come from a run of the model."""
         values, log_dets, noise = split(self._view, latent)
         if noise:
-            run = _numpyro.NonCentre(noise=noise)
+            run = numpyro_private.NonCentre(noise=noise)
             model = handlers.seed(run(self._view.model), rng_seed=0)
             data = {**hidden_values(self._view), **values, **self._model_params()}
             with handlers.block():
@@ -282,7 +282,7 @@ class ContinuousGuide(GuideTemplate, CompiledPrograms, _numpyro.AutoContinuousBr
 
         def one(z):
             values, _, noise = split(self._view, z)
-            run = handlers.substitute(_numpyro.NonCentre(model, noise), data=values)
+            run = handlers.substitute(numpyro_private.NonCentre(model, noise), data=values)
             trace = handlers.trace(run).get_trace(*args, **kwargs)
             return {k: site["value"] for k, site in trace.items() if k in keep}
 

@@ -4,11 +4,11 @@ Reference: Zenn & Bamler (2023), "Resampling gradients vanish in differentiable 
 Monte Carlo samplers" (ICLR Tiny Papers).
 """
 
-from numpyro_dais._annealed import AnnealedGuide
-from numpyro_dais._options import Annealing, Resampling, parse
+from numpyro_dais.annealed.guide import AnnealedGuide
+from numpyro_dais.annealed.options import Annealing, Resampling, parse
+from numpyro_dais.annealed.targets import FullData
 from numpyro_dais.diagnostics import plot_ess
 from numpyro_dais.results import SMCDiagnostics
-from numpyro_dais.targets import FullData
 
 __all__ = ["AutoDSMCS", "SMCDiagnostics", "plot_ess"]
 

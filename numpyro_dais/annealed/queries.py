@@ -1,9 +1,10 @@
 """The posterior queries of the annealed guides: draws, evidence, diagnostics, the transport
 check and ``q0`` as an explicit posterior (DAIS₀).
 
-:class:`PosteriorQueries` is a mixin of :class:`numpyro_dais._annealed.AnnealedGuide`: each
-public method checks its arguments, reads the guide's :class:`~numpyro_dais._sampling.Fitted`
-parameters once and hands them to :mod:`numpyro_dais._sampling`.
+:class:`PosteriorQueries` is a mixin of :class:`numpyro_dais.annealed.guide.AnnealedGuide`: each
+public method checks its arguments, reads the guide's
+:class:`~numpyro_dais.annealed.sampling.Fitted` parameters once and hands them to
+:mod:`numpyro_dais.annealed.sampling`.
 
 References: Geffner & Domke (2021); Zenn & Bamler (2024), DAIS₀.
 """
@@ -17,15 +18,8 @@ import numpyro.distributions as dist
 from numpyro.distributions import constraints
 from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffine
 
-from numpyro_dais import _chunked, _sampling
-from numpyro_dais._checks import (
-    check_batch_size,
-    check_choice,
-    check_mesh,
-    check_positive_int,
-)
-from numpyro_dais._compile import annealing_runs
-from numpyro_dais._selfcheck import (
+from numpyro_dais.annealed import chunked, sampling
+from numpyro_dais.annealed.selfcheck import (
     CHAIN_STD_RATIO_TOL,
     MEAN_SHIFT_TOL,
     STD_RATIO_TOL,
@@ -34,8 +28,15 @@ from numpyro_dais._selfcheck import (
     run_chains,
     transport_verdict,
 )
+from numpyro_dais.bridge.checks import (
+    check_batch_size,
+    check_choice,
+    check_mesh,
+    check_positive_int,
+)
 from numpyro_dais.engine.annealing import gaussian
 from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransitionParams, TransportReport
+from numpyro_dais.runtime.compilation import annealing_runs
 
 POSTERIOR_METHODS = ("q0", "dais", "importance", "psis")
 #: draws behind ``median`` and ``quantiles`` when ``posterior_method`` is not ``"q0"``
@@ -47,8 +48,8 @@ class PosteriorQueries:
     ``transport_check`` and ``q0`` as a NumPyro distribution, for an annealed guide."""
 
     def _draw(self, rng_key, fitted, args, kwargs, method, num_draws, batch_size=None, mesh=None):
-        """:func:`numpyro_dais._sampling.draw` of this guide."""
-        return _sampling.draw(
+        """:func:`numpyro_dais.annealed.sampling.draw` of this guide."""
+        return sampling.draw(
             self, rng_key, fitted, args, kwargs, method, num_draws, batch_size, mesh
         )
 
@@ -92,33 +93,34 @@ class PosteriorQueries:
         else:
             check_q0_once(self, params)
         operands = (rng_key, fitted, args, kwargs)
-        if method == "importance" and _chunked.applies(plan.batch_size, plan.mesh, *operands):
-            out = _chunked.importance(self, rng_key, fitted, params, args, kwargs, plan.num_draws)
+        if method == "importance" and chunked.applies(plan.batch_size, plan.mesh, *operands):
+            out = chunked.importance(self, rng_key, fitted, params, args, kwargs, plan.num_draws)
             draws = self._shape_draws(out.draws, plan)
-            k = _sampling.pooled_pareto_k(out.log_weights)
+            k = sampling.pooled_pareto_k(out.log_weights)
         else:
             run = self._compiled(self._sample_posterior)
             runs = self._annealing_runs(plan.num_draws, plan.batch_size, method)
             draws, k = run.run_for(runs, rng_key, fitted, params, args, kwargs, plan, method)
         if method != "q0":
             n = plan.num_draws
-            _sampling.warn_if_not_finite(type(self).__name__, draws, method, n)
+            sampling.warn_if_not_finite(type(self).__name__, draws, method, n)
             S = n * (self.num_particles if method in ("importance", "psis") else 1)
             what = f"the weights behind the {method!r} draws (S = {S})"
             resampling = self._sampler.resampling is not None
-            _sampling.warn_if_heavy_tailed(type(self).__name__, k, S, what, resampling)
+            sampling.warn_if_heavy_tailed(type(self).__name__, k, S, what, resampling)
         return (draws, k) if return_pareto_k else draws
 
     def _annealing_runs(self, num_systems, batch_size=None, method="importance"):
-        """The loop bodies a query's program runs (:func:`numpyro_dais._compile.run_for`):
-        one for ``q0`` draws, else :func:`~numpyro_dais._compile.annealing_runs`."""
+        """The loop bodies a query's program runs
+        (:func:`numpyro_dais.runtime.compilation.run_for`): one for ``q0`` draws, else
+        :func:`~numpyro_dais.runtime.compilation.annealing_runs`."""
         return 1 if method == "q0" else annealing_runs(self.K, num_systems, batch_size)
 
     def _sample_posterior(self, rng_key, fitted, params, args, kwargs, plan, method):
-        latents, log_w = _sampling.weighted_draws(
+        latents, log_w = sampling.weighted_draws(
             self, rng_key, fitted, args, kwargs, method, plan.num_draws, plan.batch_size, plan.mesh
         )
-        k = None if log_w is None else _sampling.pooled_pareto_k(log_w)
+        k = None if log_w is None else sampling.pooled_pareto_k(log_w)
         return self._finish_draws(latents, params, args, kwargs, plan), k
 
     def log_evidence(
@@ -152,11 +154,11 @@ class PosteriorQueries:
         state = self._params_from(params)
         args, kwargs = self._data(args, kwargs, "importance")
         operands = (rng_key, state, args, kwargs)
-        if self._sampler.resampling is None and _chunked.applies(batch_size, mesh, *operands):
+        if self._sampler.resampling is None and chunked.applies(batch_size, mesh, *operands):
             # i.i.d. particles: the importance draws' compiled program, its systems pooled
             systems = math.ceil(num_particles / self.num_particles)
-            out = _chunked.importance(self, rng_key, state, params, args, kwargs, systems)
-            out = _sampling.pooled_evidence(out.log_weights, num_particles)
+            out = chunked.importance(self, rng_key, state, params, args, kwargs, systems)
+            out = sampling.pooled_evidence(out.log_weights, num_particles)
         else:
             runs = self._annealing_runs(num_particles, batch_size)
             out = self._compiled(self._log_evidence).run_for(
@@ -164,7 +166,7 @@ class PosteriorQueries:
             )
         resampled = self._sampler.resampling is not None and batch_size is not None
         system = min(batch_size, num_particles) if resampled else num_particles
-        _sampling.warn_if_heavy_tailed(
+        sampling.warn_if_heavy_tailed(
             type(self).__name__,
             out.pareto_k,
             system,
@@ -174,7 +176,7 @@ class PosteriorQueries:
         return out
 
     def _log_evidence(self, rng_key, fitted, args, kwargs, num_particles, batch_size, mesh=None):
-        return _sampling.log_evidence(
+        return sampling.log_evidence(
             self, rng_key, fitted, args, kwargs, num_particles, batch_size, mesh
         )
 
@@ -196,7 +198,7 @@ class PosteriorQueries:
         return diagnose.run_for(self.K, rng_key, fitted, args, kwargs, num_systems)
 
     def _diagnostics(self, rng_key, fitted, args, kwargs, num_systems):
-        return _sampling.diagnostics(self, rng_key, fitted, args, kwargs, num_systems)
+        return sampling.diagnostics(self, rng_key, fitted, args, kwargs, num_systems)
 
     def transition_params(self, params):
         """The learnt β schedule, step sizes, mass matrix and damping ``γ``, as a
@@ -252,8 +254,8 @@ class PosteriorQueries:
         batch_size = check_batch_size(batch_size)
         fitted = self._params_from(params)
         args, kwargs = self._data(args, kwargs, "importance")
-        if _chunked.applies(batch_size, None, rng_key, fitted, args, kwargs):
-            out = _chunked.importance(self, rng_key, fitted, params, args, kwargs, num_samples)
+        if chunked.applies(batch_size, None, rng_key, fitted, args, kwargs):
+            out = chunked.importance(self, rng_key, fitted, params, args, kwargs, num_samples)
             end = out.z
         else:
             draw = self._compiled(self._draw)
@@ -276,11 +278,11 @@ class PosteriorQueries:
 
     def _q0_of_z(self, params, check=False) -> gaussian.Gaussian:
         """The trained ``q0`` as a Gaussian of the flat unconstrained ``z``; ``check``: used
-        as the posterior, so checked once (:mod:`numpyro_dais._selfcheck`)."""
+        as the posterior, so checked once (:mod:`numpyro_dais.annealed.selfcheck`)."""
         fitted = self._params_from(params)
         if check:
             check_q0_once(self, params)
-        return _sampling.in_z(fitted.affine, fitted.q0)
+        return sampling.in_z(fitted.affine, fitted.q0)
 
     def get_transform(self, params):
         """The affine map from :meth:`get_base_dist` to ``q0`` (unconstrained space)."""
@@ -304,8 +306,8 @@ class PosteriorQueries:
         args, kwargs = self._data(args, kwargs, self.posterior_method)
         fitted = self._params_from(params)
         method, key = self.posterior_method, jax.random.key(0)
-        if method == "importance" and _chunked.applies(None, None, key, fitted, args, kwargs):
-            return _chunked.importance(self, key, fitted, params, args, kwargs, SUMMARY_DRAWS).z
+        if method == "importance" and chunked.applies(None, None, key, fitted, args, kwargs):
+            return chunked.importance(self, key, fitted, params, args, kwargs, SUMMARY_DRAWS).z
         draw = self._compiled(self._draw)
         runs = self._annealing_runs(SUMMARY_DRAWS, method=method)
         return draw.run_for(runs, key, fitted, args, kwargs, method, SUMMARY_DRAWS)

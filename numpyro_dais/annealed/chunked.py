@@ -5,7 +5,7 @@ any size, ``transport_check`` and the self-check behind the first ``q0`` draws, 
 summaries of a guide whose ``posterior_method`` is ``"importance"``) runs particle systems
 ``CHUNK`` at a time through the same program, instead of compiling one program per number
 of draws; compiled for the number of chunks a call runs
-(:func:`numpyro_dais._compile.run_for`). Each draw keeps its own key
+(:func:`numpyro_dais.runtime.compilation.run_for`). Each draw keeps its own key
 (``jax.random.split(rng_key, S)``), so the draws equal those of one program over all ``S``.
 """
 
@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_dais import _sampling
+from numpyro_dais.annealed import sampling
 
 #: particle systems per call of the shared program (the self-check's draw count)
 CHUNK = 256
@@ -42,7 +42,7 @@ def applies(batch_size, mesh, *operands) -> bool:
 
 
 def _program(guide, key_data, fitted, params, args, kwargs) -> Systems:
-    draw = lambda key: _sampling.importance_system(guide, key, fitted, args, kwargs)
+    draw = lambda key: sampling.importance_system(guide, key, fitted, args, kwargs)
     z, log_weights = jax.vmap(draw)(jax.random.wrap_key_data(key_data))
     return Systems(z, guide._constrain(z, params, args, kwargs), log_weights)
 

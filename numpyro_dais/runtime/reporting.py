@@ -13,7 +13,7 @@ import numpyro
 import optax
 from jax.custom_batching import custom_vmap
 
-from numpyro_dais._hostcall import host_call
+from numpyro_dais.runtime.hostcall import host_call
 
 
 def on_main_process() -> bool:
@@ -24,10 +24,11 @@ def on_main_process() -> bool:
     return jax.process_index() == 0
 
 
-#: the packages whose frames a warning passes over to reach the line that called them
+#: the packages whose frames a warning passes over to reach the line that called them (this
+#: library's top-level package, whichever of its folders a warning comes from)
 _LIBRARIES = tuple(
     os.path.dirname(m.__file__) + os.sep
-    for m in (sys.modules[__name__.rpartition(".")[0]], numpyro, jax, optax)
+    for m in (sys.modules[__name__.partition(".")[0]], numpyro, jax, optax)
 )
 
 
@@ -53,7 +54,7 @@ def warn_from_jit(warn_fn, counts, total, values=()) -> jax.Array:
     when any of the scalar ``counts`` (e.g. diverged particles, out of ``total``) is positive.
 
     Returns a float32 ``0.0`` that the caller **must add to a value the compiled program
-    returns** (the loss): the call (:func:`numpyro_dais._hostcall.host_call`) sits inside a
+    returns** (the loss): the call (:func:`numpyro_dais.runtime.hostcall.host_call`) sits inside a
     ``lax.cond``, and XLA keeps it only while its result is used. On CPU the call is an XLA
     FFI custom call, not a JAX host callback, so a step where nothing diverged costs what
     the same step without the check costs; other

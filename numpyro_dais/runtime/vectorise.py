@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_dais import _compile
+from numpyro_dais.runtime import compilation
 
 
 def shard_particles(tree, mesh):
@@ -56,7 +56,7 @@ def jit_by_leaves(fn):
     repeated ``sample_posterior`` calls do not re-trace the sampler.
 
     ``wrapped.run_for(scale, *args, **kwargs)``: the same call, by a program compiled for
-    ``scale`` runs of its cost (:func:`numpyro_dais._compile.run_for`).
+    ``scale`` runs of its cost (:func:`numpyro_dais.runtime.compilation.run_for`).
     ``wrapped.bind(*args, **kwargs)``: ``(key, jitted, dynamic)``, the call's static
     configuration, its ``jax.jit`` of the array leaves and those leaves, for a caller that
     lowers and compiles the program itself (``key`` is ``None`` where a static leaf is not
@@ -92,7 +92,7 @@ def jit_by_leaves(fn):
         key, jitted, dynamic = entry(args, kwargs)
         if key is None:
             return fn(*args, **kwargs)
-        return _compile.run_for(programs, key, jitted, dynamic, scale)
+        return compilation.run_for(programs, key, jitted, dynamic, scale)
 
     wrapped.cache = cache  # one compiled program per static configuration
     wrapped.run_for = run_for
@@ -103,8 +103,8 @@ def jit_by_leaves(fn):
 
 def jit_short_run(fn):
     """:func:`jit_by_leaves` for a program whose every run is short next to its compilation
-    (``run_for(0, …)``: on CPU compiled at the cheapest level, :mod:`numpyro_dais._compile`);
-    inlined under an outer ``jit``."""
+    (``run_for(0, …)``: on CPU compiled at the cheapest level,
+    :mod:`numpyro_dais.runtime.compilation`); inlined under an outer ``jit``."""
     program = jit_by_leaves(fn)
     wrapped = functools.wraps(fn)(lambda *args, **kwargs: program.run_for(0, *args, **kwargs))
     wrapped.programs = program.programs

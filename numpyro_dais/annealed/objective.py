@@ -9,10 +9,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from numpyro_dais import _sampling
-from numpyro_dais._reporting import report_diverged
+from numpyro_dais.annealed import sampling
 from numpyro_dais.engine.annealing import dais0, gaussian
 from numpyro_dais.engine.setup import preconditioning
+from numpyro_dais.runtime.reporting import report_diverged
 
 
 class LossCall(NamedTuple):
@@ -21,7 +21,7 @@ class LossCall(NamedTuple):
     divergence brake) and the model's mini-batch, opened by the guide (``None``: not opened;
     the model draws its own)."""
 
-    fitted: _sampling.Fitted
+    fitted: sampling.Fitted
     step_sizes: jax.Array
     batch: dict | None
 
@@ -65,7 +65,7 @@ def bound(guide, rng_key, fitted, args, kwargs, batch):
     makes the ELBO equal the objective (the bound plus the symmetrised-KL term), and the
     fraction of particles that diverged.
 
-    A mini-batch target's control variate ``c`` (:meth:`~numpyro_dais.targets.Surrogate.
+    A mini-batch target's control variate ``c`` (:meth:`~numpyro_dais.annealed.targets.Surrogate.
     correction`, on the model's mini-batch ``batch``) joins the final term: inside the
     weights for ``N > 1``; for ``N = 1``, where the model's own term is the final term, in
     the objective."""
@@ -73,7 +73,7 @@ def bound(guide, rng_key, fitted, args, kwargs, batch):
     key_target, key_run, key_sym, key_pick = jax.random.split(rng_key, 4)
     N = guide.num_particles
     final = "omit" if N == 1 else "target"  # N = 1: the model's own term supplies ℓ(z_K)
-    whitened = _sampling.run_whitened(
+    whitened = sampling.run_whitened(
         guide,
         key_run,
         fitted,
@@ -85,7 +85,7 @@ def bound(guide, rng_key, fitted, args, kwargs, batch):
         sampler=guide._train_sampler,
         key_target=key_target,
     )
-    out = _sampling.out_in_z(fitted.affine, whitened, guide.mesh)
+    out = sampling.out_in_z(fitted.affine, whitened, guide.mesh)
     view, params = guide._view, fitted.model_params
     correction = guide._target.correction(view, args, kwargs, params, batch)
     sym_kl = sym_kl_term(guide, fitted, args, kwargs, whitened, key_sym, batch)
@@ -113,14 +113,15 @@ def sym_kl_term(guide, fitted, args, kwargs, whitened, rng_key, batch=None):
 
     ``Ĵ`` estimates ``KL(q0 ‖ p) + KL(p ‖ q0)``
     (:func:`~numpyro_dais.engine.annealing.dais0.symmetrized_kl`) for the posterior of the target's
-    anchor (:meth:`~numpyro_dais.targets.FullData.anchor`: the full-data log joint, or for a
-    mini-batch target its unbiased estimate on ``batch``, never a surrogate's). The term anchors the
-    location, where learnt transitions make the bound flat; the scale follows the bound alone, whose
-    finite-K optimum sits nearer the posterior's marginal stds than the symmetrised-KL fit does. The
-    model's parameters, the scale, the particles and the weights are held fixed in it, so the
-    transitions and the model see only the bound. ``whitened``: the particle system in the sampler's
-    coordinates (:func:`~numpyro_dais._sampling.run_whitened`), where the term is evaluated (the
-    symmetrised KL is invariant under the whitening, and ``q0`` is diagonal or triangular there).
+    anchor (:meth:`~numpyro_dais.annealed.targets.FullData.anchor`: the full-data log joint, or for
+    a mini-batch target its unbiased estimate on ``batch``, never a surrogate's). The term anchors
+    the location, where learnt transitions make the bound flat; the scale follows the bound alone,
+    whose finite-K optimum sits nearer the posterior's marginal stds than the symmetrised-KL fit
+    does. The model's parameters, the scale, the particles and the weights are held fixed in it, so
+    the transitions and the model see only the bound. ``whitened``: the particle system in the
+    sampler's coordinates (:func:`~numpyro_dais.annealed.sampling.run_whitened`), where the term is
+    evaluated (the symmetrised KL is invariant under the whitening, and ``q0`` is diagonal or
+    triangular there).
     """
     if not guide.sym_kl_weight:
         return 0.0

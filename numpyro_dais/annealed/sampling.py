@@ -15,14 +15,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from numpyro_dais._reporting import warn
-from numpyro_dais._vectorise import jit_short_run, map_batched, map_chunks, shard_particles
 from numpyro_dais.engine import samplers
 from numpyro_dais.engine.annealing import dais, gaussian, weights
 from numpyro_dais.engine.diagnostics import psis
 from numpyro_dais.engine.setup import preconditioning
 from numpyro_dais.engine.smc import smc
 from numpyro_dais.results import LogEvidence, SMCDiagnostics
+from numpyro_dais.runtime.reporting import warn
+from numpyro_dais.runtime.vectorise import jit_short_run, map_batched, map_chunks, shard_particles
 
 
 class Fitted(NamedTuple):

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpyro
 
-from numpyro_dais import _semidais_sites as sites
+from numpyro_dais.semidais import sites
 
 #: The control variate's per-member slopes cover at most this many floats of the local
 #: model's inputs (the globals it receives and its parameters); beyond them it is a fit of

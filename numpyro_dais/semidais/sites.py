@@ -16,7 +16,7 @@ from numpyro import handlers
 from numpyro.distributions import biject_to
 from numpyro.distributions.util import sum_rightmost
 
-from numpyro_dais._modelview import substituted_plates
+from numpyro_dais.bridge.modelview import substituted_plates
 from numpyro_dais.engine.annealing import weights
 from numpyro_dais.engine.setup import curvature
 

@@ -15,7 +15,7 @@ from numpyro import handlers
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import log_density
 
-from numpyro_dais import _numpyro
+from numpyro_dais.bridge import numpyro_private
 
 
 class ModelView(NamedTuple):
@@ -27,7 +27,7 @@ class ModelView(NamedTuple):
     transforms: dict  # {site: bijection from unconstrained to the site's support}
     hidden_sites: tuple  # latent sites the guide's model hides (drawn by earlier guides)
     #: Normal sites whose flat coordinates hold the non-centred noise ``u`` (the site's value
-    #: is ``loc + scale · u``, :class:`~numpyro_dais._numpyro.NonCentre`)
+    #: is ``loc + scale · u``, :class:`~numpyro_dais.bridge.numpyro_private.NonCentre`)
     noncentred: tuple = ()
 
 
@@ -35,7 +35,7 @@ def split(view: ModelView, z):
     """Flat unconstrained ``z (D,)`` to ``(values, log_dets, noise)``: the constrained values
     of the sites mapped on their own (``{site: value}``), ``log |∂value/∂z|`` per element of
     each, and the noise ``{site: u}`` of the non-centred sites, whose values the model's run
-    gives (:class:`~numpyro_dais._numpyro.NonCentre`)."""
+    gives (:class:`~numpyro_dais.bridge.numpyro_private.NonCentre`)."""
     values, log_dets, noise = {}, {}, {}
     for name, u in view.unpack(z).items():
         if name in view.noncentred:
@@ -61,7 +61,7 @@ def log_joint(view: ModelView, args, kwargs, model_params, handler=None) -> Call
 
     def ell(z):
         values, log_dets, noise = split(view, z)
-        noncentre = _numpyro.NonCentre(noise=noise)
+        noncentre = numpyro_private.NonCentre(noise=noise)
         with handlers.block(), handlers.substitute(data=model_params), inner, noncentre:
             log_p, _ = log_density(view.model, args, kwargs, {**fixed, **values})
         log_dets = list(log_dets.values()) + list(noncentre.log_scale.values())
@@ -73,7 +73,7 @@ def log_joint(view: ModelView, args, kwargs, model_params, handler=None) -> Call
 def hidden_values(view: ModelView) -> dict:
     if not view.hidden_sites:
         return {}
-    found = _numpyro.enclosing_trace_values(view.hidden_sites)
+    found = numpyro_private.enclosing_trace_values(view.hidden_sites)
     missing = [k for k in view.hidden_sites if k not in found]
     if missing:
         raise ValueError(
@@ -143,7 +143,7 @@ def hierarchical_normal_sites(model, args, kwargs) -> tuple:
     for name, site in first.items():
         if site["type"] != "sample" or site["is_observed"] or name not in second:
             continue
-        base, other = (_numpyro.loc_scale_base(t[name]["fn"]) for t in (first, second))
+        base, other = (numpyro_private.loc_scale_base(t[name]["fn"]) for t in (first, second))
         if base is None or other is None:
             continue
         if not np.array_equal(np.asarray(base.scale), np.asarray(other.scale)):

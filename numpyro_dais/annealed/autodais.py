@@ -8,10 +8,10 @@ References:
   symmetrized KL divergence between initial and target distribution" (DAIS₀).
 """
 
-from numpyro_dais._annealed import AnnealedGuide
-from numpyro_dais._options import Annealing, parse
+from numpyro_dais.annealed.guide import AnnealedGuide
+from numpyro_dais.annealed.options import Annealing, parse
+from numpyro_dais.annealed.targets import FullData
 from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransportReport
-from numpyro_dais.targets import FullData
 
 __all__ = ["AutoDAIS", "LogEvidence", "SMCDiagnostics", "TransportReport"]
 

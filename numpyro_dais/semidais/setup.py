@@ -16,12 +16,11 @@ from numpyro.distributions import biject_to
 from numpyro.infer.autoguide import AutoNormal
 from numpyro.infer.initialization import init_to_median
 
-from numpyro_dais import _semidais_laplace as laplace
-from numpyro_dais import _semidais_sites as sites
-from numpyro_dais._modelview import trace_without_sampling
-from numpyro_dais._reporting import warn
-from numpyro_dais._setup import step_bounds
-from numpyro_dais._vectorise import jit_short_run
+from numpyro_dais.annealed.setup import step_bounds
+from numpyro_dais.bridge.modelview import trace_without_sampling
+from numpyro_dais.runtime.reporting import warn
+from numpyro_dais.runtime.vectorise import jit_short_run
+from numpyro_dais.semidais import laplace, sites
 
 #: ``base='auto'`` is the Laplace base up to this many local coordinates per member ``D``
 #: (its curvature takes ``D`` Hessian-vector products of the batch per step), the learnt
@@ -46,7 +45,7 @@ class LaplaceStart(NamedTuple):
 
 class SemiDAISSetUp:
     """The set-up hooks of :class:`~numpyro_dais.AutoSemiDAIS` (called once, by
-    ``_numpyro.SetUpHooks``, on the first call with data)."""
+    ``numpyro_private.SetUpHooks``, on the first call with data)."""
 
     @property
     def _laplace_base(self):

@@ -16,11 +16,12 @@ import hashlib
 import jax
 import numpy as np
 
-from numpyro_dais import _compile, _reporting, _sampling
-from numpyro_dais._vectorise import jit_short_run
+from numpyro_dais.annealed import sampling
 from numpyro_dais.engine.annealing import dais0
 from numpyro_dais.engine.diagnostics import mala
 from numpyro_dais.results import TransportReport
+from numpyro_dais.runtime import compilation, reporting
+from numpyro_dais.runtime.vectorise import jit_short_run
 
 #: importance draws of the check: the end points' mean to ~1/16 of their sd, at a cost of a
 #: few percent of a 5000-step fit
@@ -44,10 +45,10 @@ MEAN_SHIFT_TOL = 0.3
 STD_RATIO_TOL = 1.5
 #: below this acceptance the chains hardly moved: the check says nothing
 RELAX_MIN_ACCEPTANCE = 0.2
-#: The runs the chains' program is compiled for (:func:`numpyro_dais._compile.run_for`):
+#: The runs the chains' program is compiled for (:func:`numpyro_dais.runtime.compilation.run_for`):
 #: its steps, the model's gradients, counted at
-#: 1 / :data:`~numpyro_dais._compile.GRADIENT_WORK_DISCOUNT`.
-RELAX_RUNS = RELAX_STEPS / _compile.GRADIENT_WORK_DISCOUNT
+#: 1 / :data:`~numpyro_dais.runtime.compilation.GRADIENT_WORK_DISCOUNT`.
+RELAX_RUNS = RELAX_STEPS / compilation.GRADIENT_WORK_DISCOUNT
 
 
 def _fingerprint(params) -> str | None:
@@ -84,7 +85,7 @@ def check_q0_once(guide, params) -> TransportReport | None:
         # hides sites that another guide draws): nothing to compare q0 with
         return None
     if not report.ok:
-        _reporting.warn(
+        reporting.warn(
             f"{report.message} (Checked once for these params on the set-up data, before "
             "their first use as the posterior; `self_check=False` skips the check.)",
             UserWarning,
@@ -96,7 +97,7 @@ def _relaxation(guide, rng_key, fitted, args, kwargs):
     # the check's own stream: the end points it is compared with use ``rng_key`` itself
     key_target, key_run = jax.random.split(jax.random.fold_in(rng_key, 1))
     log_target = guide._target.dynamics(guide._view, args, kwargs, fitted.model_params, key_target)
-    q0 = _sampling.in_z(fitted.affine, fitted.q0)
+    q0 = sampling.in_z(fitted.affine, fitted.q0)
     return mala.relaxation_check(key_run, q0, log_target, RELAX_CHAINS, RELAX_STEPS)
 
 
@@ -175,7 +176,7 @@ def end_point_check(affine, q0, z_end):
     """:func:`numpyro_dais.engine.annealing.dais0.transport_check` of ``q0`` (in the sampler's
     coordinates, ``affine`` its whitening) against the end points ``z_end (S, D)``: one
     small program."""
-    return dais0.transport_check(_sampling.in_z(affine, q0), z_end)
+    return dais0.transport_check(sampling.in_z(affine, q0), z_end)
 
 
 def transport_verdict(
@@ -239,7 +240,7 @@ def transport_verdict(
     if not chains_ok:
         message = chains_message if end_points_ok else f"{message} Also: {chains_message}"
     if warn and not ok:
-        _reporting.warn(message, UserWarning)
+        reporting.warn(message, UserWarning)
     unpack = lambda x: {k: np.asarray(v) for k, v in guide._view.unpack(x).items()}
     chain_ratio = None if chain_ratio is None else unpack(chain_ratio)
     return TransportReport(ok, unpack(shift), unpack(ratio), names[i], message, chain_ratio)

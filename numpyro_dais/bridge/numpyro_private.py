@@ -19,8 +19,8 @@ from numpyro.infer.autoguide import AutoContinuous, AutoGuide
 from numpyro.primitives import _PYRO_STACK, Messenger, _subsample_fn
 from numpyro.util import is_prng_key
 
-from numpyro_dais._vectorise import jit_by_leaves
 from numpyro_dais.engine.annealing import minibatch
+from numpyro_dais.runtime.vectorise import jit_by_leaves
 
 
 class SetUpHooks:
@@ -87,7 +87,7 @@ class AutoContinuousBridge(SetUpHooks, AutoContinuous):
 def compiled_initialization():
     """numpyro's set-up with its initial point found by one program, not ~150 eager ones
     (most of a new process's ``svi.init`` before): ``find_valid_initial_params`` under
-    ``jit`` from the same key (the same point), compiled for one run (``_compile.run_for``,
+    ``jit`` from the same key (the same point), compiled for one run (``compilation.run_for``,
     its cheap level). If ``initialize_model`` stops
     calling the function of its module, the set-up is only slower."""
     original = util.find_valid_initial_params

@@ -1,7 +1,7 @@
 """The one NumPyro adapter over the annealing samplers.
 
 :class:`AnnealedGuide` owns ``q0`` and the annealing parameters as ``numpyro.param`` sites,
-a target (:mod:`numpyro_dais.targets`: what the dynamics follow and what the final weight
+a target (:mod:`numpyro_dais.annealed.targets`: what the dynamics follow and what the final weight
 uses) and a sampler (:mod:`numpyro_dais.engine.samplers`: DAIS or SMC). ``AutoDAIS``,
 ``AutoDSMCS``, ``AutoSurrogateLikelihoodDAIS`` and ``AutoSurrogateLikelihoodDSMCS`` are
 presets of it that only choose the target and the sampler.
@@ -17,9 +17,13 @@ import numpyro
 from numpyro.distributions import constraints
 from numpyro.infer.initialization import init_to_uniform
 
-from numpyro_dais import _compile, _numpyro, _objective, _sampling, _setup
-from numpyro_dais._autoguide import ContinuousGuide
-from numpyro_dais._checks import (
+from numpyro_dais.annealed import objective, sampling, setup
+from numpyro_dais.annealed.options import Annealing, Resampling, option_names, signature
+from numpyro_dais.annealed.queries import POSTERIOR_METHODS, PosteriorQueries
+from numpyro_dais.annealed.sampling import Fitted
+from numpyro_dais.bridge import numpyro_private
+from numpyro_dais.bridge.autoguide import ContinuousGuide
+from numpyro_dais.bridge.checks import (
     check_bool,
     check_choice,
     check_mesh,
@@ -27,24 +31,22 @@ from numpyro_dais._checks import (
     check_positive_int,
     check_step_sizes,
 )
-from numpyro_dais._modelview import hierarchical_normal_sites
-from numpyro_dais._options import Annealing, Resampling, option_names, signature
-from numpyro_dais._queries import POSTERIOR_METHODS, PosteriorQueries
-from numpyro_dais._sampling import Fitted
-from numpyro_dais._vectorise import jit_by_leaves
+from numpyro_dais.bridge.modelview import hierarchical_normal_sites
 from numpyro_dais.engine import samplers
 from numpyro_dais.engine.annealing import dais, gaussian, transitions
 from numpyro_dais.engine.annealing.path import betas_from_increments
 from numpyro_dais.engine.setup import preconditioning
+from numpyro_dais.runtime import compilation
+from numpyro_dais.runtime.vectorise import jit_by_leaves
 
 BASE_DISTS = ("diagonal", "cholesky")
 
 #: Loop bodies a set-up program runs, for its compilation level
-#: (:func:`numpyro_dais._compile.run_for`): the mode search's Newton iterations times its
+#: (:func:`numpyro_dais.runtime.compilation.run_for`): the mode search's Newton iterations times its
 #: Hessian's columns (its body ran about 340 times on a logistic GLMM, D = 71, 2,000 rows);
 #: the model's gradients, so counted at
-#: 1 / :data:`~numpyro_dais._compile.GRADIENT_WORK_DISCOUNT`.
-SET_UP_RUNS = 300 / _compile.GRADIENT_WORK_DISCOUNT
+#: 1 / :data:`~numpyro_dais.runtime.compilation.GRADIENT_WORK_DISCOUNT`.
+SET_UP_RUNS = 300 / compilation.GRADIENT_WORK_DISCOUNT
 
 
 def _float():
@@ -67,11 +69,11 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
 
     Subclass it with a preset: ``defaults``, the option groups it takes with its defaults,
     and an ``__init__`` that parses the user's options and picks ``target`` (a
-    :mod:`numpyro_dais.targets` object) and DAIS or SMC; the options are documented on
+    :mod:`numpyro_dais.annealed.targets` object) and DAIS or SMC; the options are documented on
     :class:`~numpyro_dais.AutoDAIS`.
     """
 
-    #: the option groups of a preset, with its defaults (:mod:`numpyro_dais._options`)
+    #: the option groups of a preset, with its defaults (:mod:`numpyro_dais.annealed.options`)
     defaults = (Annealing(noncentre=False),)
     _options = option_names(defaults)
     #: refine the Laplace start by Gaussian VI on the start density at set-up (``False``
@@ -89,8 +91,8 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
                 cls.__init__.__doc__ = f"Build the guide: the options are {cls.__name__}'s."
 
     def __init__(self, model, target, annealing: Annealing, resampling: Resampling | None = None):
-        """``target``: a :mod:`numpyro_dais.targets` object; ``annealing``, ``resampling``:
-        the option groups that :func:`~numpyro_dais._options.parse` gave a preset
+        """``target``: a :mod:`numpyro_dais.annealed.targets` object; ``annealing``, ``resampling``:
+        the option groups that :func:`~numpyro_dais.annealed.options.parse` gave a preset
         (``resampling=None``: DAIS, else SMC)."""
         a = annealing
         self.K = check_positive_int("K", a.K)
@@ -151,7 +153,7 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
 
     @property
     def target(self):
-        """The target object (:mod:`numpyro_dais.targets`): what the dynamics follow."""
+        """The target object (:mod:`numpyro_dais.annealed.targets`): what the dynamics follow."""
         return self._target
 
     def annealing_target(self, params, *args, rng_key=None, **kwargs) -> dais.Target:
@@ -189,15 +191,15 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         return bool(sites)
 
     def _set_up_from_curvature(self, args, kwargs, params):
-        """Fix the whitening and ``(eta_init, eta_max)`` at set-up (:mod:`numpyro_dais._setup`),
-        once."""
+        """Fix the whitening and ``(eta_init, eta_max)`` at set-up
+        (:mod:`numpyro_dais.annealed.setup`), once."""
         if self._step_bounds is not None:
             return
-        setup = _setup.set_up(self, args, kwargs, params)
-        self._affine_start, self._step_bounds, self.curvature = setup[:3]
-        self.refinement = setup.refined
+        found = setup.set_up(self, args, kwargs, params)
+        self._affine_start, self._step_bounds, self.curvature = found[:3]
+        self.refinement = found.refined
         if self._target.control_variate:
-            self._target.linearise(setup.linear)
+            self._target.linearise(found.linear)
 
     def _linearises(self) -> bool:
         """Whether the set-up keeps the full-data log joint's value and gradient at its mode
@@ -212,11 +214,11 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
 
     def _on_dynamics(self, fn, args, kwargs, params, key, *operands, runs=SET_UP_RUNS):
         """``fn(dynamics, start, *operands)`` for the dynamics' log density on this call's
-        data and the density whose mode ``q0`` starts at (``target.start``: the full-data
-        log joint, for the mini-batch guides too), as one compiled program (the set-up runs
-        eagerly, where each operation of the model would otherwise be compiled on its own),
-        compiled for a run of ``runs`` loop bodies (:func:`numpyro_dais._compile.run_for`;
-        :data:`SET_UP_RUNS`, the mode search's, unless given)."""
+        data and the density whose mode ``q0`` starts at (``target.start``: the full-data log joint,
+        for the mini-batch guides too), as one compiled program (the set-up runs eagerly, where each
+        operation of the model would otherwise be compiled on its own), compiled for a run of
+        ``runs`` loop bodies (:func:`numpyro_dais.runtime.compilation.run_for`; :data:`SET_UP_RUNS`,
+        the mode search's, unless given)."""
 
         def call(args, kwargs, params, operands):
             view, target = self._view, self._target
@@ -233,7 +235,7 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         at the initial point with ``init_scale``)."""
         p, D = self.prefix, self.latent_dim
         if self._affine_start is None:
-            loc, scale = _numpyro.init_latent(self), self.init_scale
+            loc, scale = numpyro_private.init_latent(self), self.init_scale
         else:
             loc, scale = np.zeros(D, _float()), 1.0
         loc = numpyro.param(f"{p}_z_0_loc", loc)
@@ -334,8 +336,8 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         )
 
     def _run(self, rng_key, fitted: Fitted, args, kwargs, N, final, **options):
-        """:func:`numpyro_dais._sampling.run` of this guide."""
-        return _sampling.run(self, rng_key, fitted, args, kwargs, N, final, **options)
+        """:func:`numpyro_dais.annealed.sampling.run` of this guide."""
+        return sampling.run(self, rng_key, fitted, args, kwargs, N, final, **options)
 
     # -- training call (the hooks of ContinuousGuide._latent_sample) ----------------------------
 
@@ -355,7 +357,7 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
             args, kwargs = self._data(args, kwargs, method)
         return self._draw(rng_key, fitted, args, kwargs, method, 1)[0]
 
-    def _in_loss(self, fitted, args, kwargs) -> _objective.LossCall:
+    def _in_loss(self, fitted, args, kwargs) -> objective.LossCall:
         step_sizes = fitted.anneal.step_sizes  # before the NaN guard: for the divergence brake
         q0, anneal, params = self._bound_safe((fitted.q0, fitted.anneal, fitted.model_params))
         # Open the subsample plates of the model that the loss runs, drawn in O(B) (numpyro
@@ -363,12 +365,12 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         # bound's final term uses the batch too; with one particle the model's own term is
         # the final term. Either way the target's control variate corrects the final term
         # on these rows. The plates are opened only where the loss's model is known.
-        loss_model = _numpyro.enclosing_loss_model()
+        loss_model = numpyro_private.enclosing_loss_model()
         batch = None
         if self.num_particles > 1 or loss_model is not None:
             batch = self._target.bound_batch(self._view, args, kwargs, loss_model)
         fitted = Fitted(q0, anneal, fitted.affine, params)
-        return _objective.LossCall(fitted, step_sizes, batch)
+        return objective.LossCall(fitted, step_sizes, batch)
 
     def _init_draw(self, rng_key, call, args, kwargs):
         """``svi.init`` keeps the latent value only to trace the model once: ``q0``'s mean
@@ -386,11 +388,11 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
     def _loss_term(self, rng_key, call, args, kwargs):
         bound = self._one_program_when_eager(self._bound, rng_key)
         z, log_weight, diverged = bound(rng_key, call.fitted, args, kwargs, call.batch)
-        return z, log_weight - _objective.divergence_brake(call.step_sizes, diverged)
+        return z, log_weight - objective.divergence_brake(call.step_sizes, diverged)
 
     def _bound(self, rng_key, fitted, args, kwargs, batch):
-        """:func:`numpyro_dais._objective.bound` of this guide."""
-        return _objective.bound(self, rng_key, fitted, args, kwargs, batch)
+        """:func:`numpyro_dais.annealed.objective.bound` of this guide."""
+        return objective.bound(self, rng_key, fitted, args, kwargs, batch)
 
 
 __all__ = ["AnnealedGuide", "init_to_uniform"]

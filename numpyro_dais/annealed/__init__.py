@@ -1,0 +1,42 @@
+"""The annealed guides: one NumPyro adapter over the annealing samplers, and its presets.
+
+A preset picks a target and a sampler; everything else is the adapter's, so every option works
+the same for every preset:
+
+* presets — :mod:`~numpyro_dais.annealed.autodais` (``AutoDAIS``),
+  :mod:`~numpyro_dais.annealed.autodsmcs` (``AutoDSMCS``) and
+  :mod:`~numpyro_dais.annealed.autosldais` (the SL-DAIS and SL-DSMCS guides);
+* :mod:`~numpyro_dais.annealed.options` — the option groups, one table of defaults;
+* :mod:`~numpyro_dais.annealed.targets` — what the dynamics follow and the final weight uses;
+* :mod:`~numpyro_dais.annealed.guide` — ``AnnealedGuide``: parameter sites, the training call;
+* :mod:`~numpyro_dais.annealed.setup` — once, at the first call: mode, whitening, step sizes;
+* :mod:`~numpyro_dais.annealed.objective` — the bound, the DAIS₀ term, the divergence brake;
+* :mod:`~numpyro_dais.annealed.sampling` — the sampler run on a target, back in ``z``;
+* :mod:`~numpyro_dais.annealed.queries` — the posterior methods (a mixin of the guide);
+* :mod:`~numpyro_dais.annealed.chunked` — importance draws through one compiled program;
+* :mod:`~numpyro_dais.annealed.selfcheck` — the once-per-params check of ``q0``.
+"""
+
+from numpyro_dais.annealed.autodais import AutoDAIS
+from numpyro_dais.annealed.autodsmcs import AutoDSMCS
+from numpyro_dais.annealed.autosldais import (
+    AutoSurrogateLikelihoodDAIS,
+    AutoSurrogateLikelihoodDSMCS,
+)
+from numpyro_dais.annealed.guide import AnnealedGuide
+from numpyro_dais.annealed.options import Annealing, Resampling, SurrogateLikelihood
+from numpyro_dais.annealed.targets import FullData, NaiveMiniBatch, Surrogate
+
+__all__ = [
+    "AnnealedGuide",
+    "Annealing",
+    "AutoDAIS",
+    "AutoDSMCS",
+    "AutoSurrogateLikelihoodDAIS",
+    "AutoSurrogateLikelihoodDSMCS",
+    "FullData",
+    "NaiveMiniBatch",
+    "Resampling",
+    "Surrogate",
+    "SurrogateLikelihood",
+]
