@@ -9,7 +9,7 @@ Step sizes live in ``(0, δ̂)`` (``eta_max = δ̂``, start ``δ̂ / 2``), like 
 matrix is diagonal where the paper learns a scalar.
 
 "DAIS" here is ``AutoDSMCS(resample_when="never")``, which equals ``AutoDAIS``'s bound exactly
-for the same key (tests/test_autodsmcs.py), so the paper's "DAIS" and "no resampling"
+for the same key (tests/annealed/test_autodsmcs.py), so the paper's "DAIS" and "no resampling"
 columns are both compared with it. The reported ELBO is minus the mean training loss over
 the last 10% of steps (batches of B particle systems).
 
