@@ -216,7 +216,7 @@ def profile(variant, guide_name, steps, fit_steps, draws):
 @contextlib.contextmanager
 def particles_batched(batched):
     """With ``batched``, one particle runs under a ``vmap`` of one, as before
-    ``engine.dais.over_particles``; else as the package runs it."""
+    ``engine.annealing.dais.over_particles``; else as the package runs it."""
     original = dais.over_particles
     if batched:
         dais.over_particles = dais0.over_particles = jax.vmap
@@ -374,9 +374,9 @@ def main(argv=None):
         blocks, steps, trained = ONE_PARTICLE[args.mode]
         sections += [
             f"Our `num_particles=1` training step (`K = {K}`) with its particle under a `vmap` "
-            "of one, as before `engine.dais.over_particles`, and unbatched: compiled in one "
-            f"process, CPU seconds; both steps timed in turns on the state after {trained} "
-            f"training steps, the fastest of {blocks} blocks of {steps}.",
+            "of one, as before `engine.annealing.dais.over_particles`, and unbatched: compiled "
+            "in one process, CPU seconds; both steps timed in turns on the state after "
+            f"{trained} training steps, the fastest of {blocks} blocks of {steps}.",
             "",
             markdown_table(
                 ["particle", "compile (CPU s)", "step (ms)"],

@@ -9,10 +9,6 @@ What they do, so that the site cannot drift from the repository:
 * **Engine reference.** ``reference/engine.md`` has one ``::: numpyro_dais.engine.<module>``
   block per module file of ``numpyro_dais/engine/``: its own modules first, then each family's
   folder (``annealing/``, ``smc/``, ...) under a heading of its package.
-* **Guides built on other branches.** While ``numpyro_dais/autosldais.py`` or
-  ``numpyro_dais/autogpvi.py`` does not exist, a ``::: numpyro_dais.AutoSurrogateLikelihoodDAIS``
-  (``AutoGPVI``) block is replaced by a note. Once the file exists the block is rendered as
-  usual, so a broken or missing export then fails the strict build.
 * **MathJax, offline.** The MathJax 3 files (``tex-mml-chtml.js``, its fonts and lazily
   loaded extensions) are copied from the ``django-static-mathjax`` package (the ``docs``
   extra) into ``javascripts/mathjax/``, so the maths renders without the network.

@@ -210,7 +210,8 @@ def test_roles_resolve_from_the_docstrings_scope():
     loader.resolve_aliases(implicit=False, external=False)
     dais = package["engine.annealing.dais"]
     out = roles.rewrite(":func:`.weights.diverged` and :class:`~.dais.Target`", dais, loader)
-    # Target is defined in engine.base and imported by engine.dais: the link goes to its home
+    # Target is defined in engine.base and imported by engine.annealing.dais: the link goes to
+    # its home
     assert 'identifier="numpyro_dais.engine.annealing.weights.diverged"' in out
     assert 'identifier="numpyro_dais.engine.base.Target"><code>Target</code>' not in out
     assert 'identifier="numpyro_dais.engine.base.Target" optional><code>Target</code>' in out

@@ -49,7 +49,7 @@ def test_wheel_and_sdist_contents(dist):
         (meta_name,) = [n for n in names if n.endswith(".dist-info/METADATA")]
         meta = zf.read(meta_name).decode()
     assert "numpyro_dais/py.typed" in names
-    assert "numpyro_dais/engine/dais.py" in names
+    assert "numpyro_dais/engine/annealing/dais.py" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert not any(n.startswith(("tests/", "benchmarks/", "examples/")) for n in names)
     assert "License-Expression: Apache-2.0" in meta

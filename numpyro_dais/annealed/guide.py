@@ -138,7 +138,7 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         self.curvature = None  # λ behind the default step sizes, measured at set-up
         self._step_bounds = None  # (eta_init, eta_max) in use, fixed at set-up
         self._affine_start = None  # the Laplace whitening z = m + L u found at set-up
-        self.refinement = None  # its Gaussian VI refinement at set-up (engine.refinement)
+        self.refinement = None  # its Gaussian VI refinement at set-up (engine.setup.refinement)
         self._target = target
         super().__init__(
             model,

@@ -239,8 +239,8 @@ def test_transport_verdict_fails_on_non_finite_or_diverged_end_points():
 
 
 def test_transport_verdict_of_the_chains():
-    """The MALA chains' verdict (engine.mala.relaxation_check's result): a spread 3 times
-    q0's fails with the coordinate and the fix; within the tolerance, or from chains that
+    """The MALA chains' verdict (engine.diagnostics.mala.relaxation_check's result): a spread
+    3 times q0's fails with the coordinate and the fix; within the tolerance, or from chains that
     hardly moved (acceptance 5%), it passes, and the message says which."""
     y = models.linear_gaussian_data()
     guide = AutoDAIS(models.linear_gaussian, K=2)

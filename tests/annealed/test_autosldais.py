@@ -678,7 +678,7 @@ def test_parameter_names_match_autodais():
 
 def test_guide_plates_draw_with_the_o_b_sampler():
     """The guides' own subsample plates (multi-particle SL guides, SL-DSMCS) draw their
-    indices with ``engine.minibatch`` (O(B)), not numpyro's sequential Fisher-Yates loop:
+    indices with ``engine.annealing.minibatch`` (O(B)), not numpyro's sequential Fisher-Yates loop:
     under the same seed the plate's indices are exactly that sampler's draw."""
     from numpyro_dais.bridge import numpyro_private
     from numpyro_dais.engine.annealing import minibatch

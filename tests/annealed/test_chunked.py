@@ -1,4 +1,4 @@
-"""Importance draws in fixed chunks (numpyro_dais/chunked.py): one program, same draws."""
+"""Importance draws in fixed chunks (numpyro_dais/annealed/chunked.py): one program, same draws."""
 
 import jax
 import numpy as np
@@ -85,7 +85,7 @@ def test_log_evidence_pools_the_importance_program():
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's options")
 def test_a_short_query_compiles_cheaply_and_a_long_one_optimised(monkeypatch):
-    """The self-check's one chunk compiles at a cheap level (numpyro_dais/compilation.py); a
+    """The self-check's one chunk compiles at a cheap level (numpyro_dais/runtime/compilation.py); a
     query that runs more chunks than that level's budget recompiles the program once,
     optimised (in the background), and draws the same end points for the same keys."""
     monkeypatch.setenv("XLA_FLAGS", "")  # the suite's flags would choose the options

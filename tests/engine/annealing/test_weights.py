@@ -1,4 +1,4 @@
-"""Standard error of the log-mean-exp estimate (engine/weights.py)."""
+"""Standard error of the log-mean-exp estimate (engine/annealing/weights.py)."""
 
 import jax
 import jax.numpy as jnp

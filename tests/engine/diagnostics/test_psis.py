@@ -1,4 +1,4 @@
-"""PSIS: the Pareto k̂ of importance weights and the smoothed weights (engine/psis.py).
+"""PSIS: the Pareto k̂ of importance weights and the smoothed weights (engine/diagnostics/psis.py).
 
 Reference numbers: ArviZ 0.x's ``az.psislw`` (same algorithm and tail size), NumPyro's
 ``psis_diagnostic`` (same algorithm, on weights it draws itself) and, with ArviZ 1.x,

@@ -1,4 +1,4 @@
-"""Resampling schemes and decision rules (engine/resampling.py)."""
+"""Resampling schemes and decision rules (engine/smc/resampling.py)."""
 
 import jax
 import jax.numpy as jnp

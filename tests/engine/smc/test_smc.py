@@ -1,4 +1,4 @@
-"""The DSMCS scan (engine/smc.py)."""
+"""The DSMCS scan (engine/smc/smc.py)."""
 
 import functools
 
