@@ -9,8 +9,9 @@ References:
 """
 
 from numpyro_dais.annealed.guide import AnnealedGuide
-from numpyro_dais.annealed.options import Annealing, parse
+from numpyro_dais.annealed.options import Annealing
 from numpyro_dais.annealed.targets import FullData
+from numpyro_dais.bridge.options import parse
 from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransportReport
 
 __all__ = ["AutoDAIS", "LogEvidence", "SMCDiagnostics", "TransportReport"]

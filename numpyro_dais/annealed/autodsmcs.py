@@ -5,8 +5,9 @@ Monte Carlo samplers" (ICLR Tiny Papers).
 """
 
 from numpyro_dais.annealed.guide import AnnealedGuide
-from numpyro_dais.annealed.options import Annealing, Resampling, parse
+from numpyro_dais.annealed.options import Annealing, Resampling
 from numpyro_dais.annealed.targets import FullData
+from numpyro_dais.bridge.options import parse
 from numpyro_dais.diagnostics import plot_ess
 from numpyro_dais.results import SMCDiagnostics
 

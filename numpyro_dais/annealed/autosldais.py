@@ -12,9 +12,10 @@ importance sampling" (SL-DAIS; NS-DAIS is their naive-subsampling baseline); Zen
 """
 
 from numpyro_dais.annealed.guide import AnnealedGuide
-from numpyro_dais.annealed.options import Annealing, Resampling, SurrogateLikelihood, parse
+from numpyro_dais.annealed.options import Annealing, Resampling, SurrogateLikelihood
 from numpyro_dais.annealed.targets import NaiveMiniBatch, Surrogate
 from numpyro_dais.bridge.checks import check_choice, check_positive_int
+from numpyro_dais.bridge.options import parse
 from numpyro_dais.runtime.reporting import warn
 
 __all__ = ["AutoSurrogateLikelihoodDAIS", "AutoSurrogateLikelihoodDSMCS"]

@@ -18,7 +18,7 @@ from numpyro.distributions import constraints
 from numpyro.infer.initialization import init_to_uniform
 
 from numpyro_dais.annealed import objective, sampling, setup
-from numpyro_dais.annealed.options import Annealing, Resampling, option_names, signature
+from numpyro_dais.annealed.options import Annealing, Resampling
 from numpyro_dais.annealed.queries import POSTERIOR_METHODS, PosteriorQueries
 from numpyro_dais.annealed.sampling import Fitted
 from numpyro_dais.bridge import numpyro_private
@@ -75,20 +75,9 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
 
     #: the option groups of a preset, with its defaults (:mod:`numpyro_dais.annealed.options`)
     defaults = (Annealing(noncentre=False),)
-    _options = option_names(defaults)
     #: refine the Laplace start by Gaussian VI on the start density at set-up (``False``
     #: where that density is the full data's, which a mini-batch guide must not sweep)
     _refine_laplace = True
-
-    def __init_subclass__(cls, **kwargs):
-        """A preset's option names are read-only after construction, and its ``help()``
-        shows every option with the preset's default."""
-        super().__init_subclass__(**kwargs)
-        cls._options = option_names(cls.defaults)
-        if "__init__" in cls.__dict__:
-            cls.__init__.__signature__ = signature(cls.__init__, cls.defaults)
-            if cls.__init__.__doc__ is None:  # not the private adapter's, under help()
-                cls.__init__.__doc__ = f"Build the guide: the options are {cls.__name__}'s."
 
     def __init__(self, model, target, annealing: Annealing, resampling: Resampling | None = None):
         """``target``: a :mod:`numpyro_dais.annealed.targets` object; ``annealing``, ``resampling``:

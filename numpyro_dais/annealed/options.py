@@ -4,12 +4,10 @@ Each group of options is a frozen ``NamedTuple`` whose field defaults are the on
 defaults (AutoDAIS's): :class:`Annealing` (every annealed guide), :class:`Resampling` (the SMC
 presets) and :class:`SurrogateLikelihood` (the mini-batch presets). A preset declares its
 ``defaults`` as instances of the groups it takes, restating only the values it changes, and
-:func:`parse` turns a user's keyword arguments into those groups; :func:`signature` spells
-them out for ``help()`` and editors.
+:func:`~numpyro_dais.bridge.options.parse` turns a user's keyword arguments into those
+groups.
 """
 
-import difflib
-import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -73,42 +71,3 @@ class SurrogateLikelihood(NamedTuple):
     surrogate_model: Callable | None = None
     num_surrogate: int | None = None
     dynamics: str = "surrogate"
-
-
-def parse(cls, options: dict) -> tuple:
-    """The option groups of preset ``cls`` (its ``defaults``) with the keyword ``options`` a
-    user passed put in; an unknown name raises a ``TypeError`` naming it and the closest
-    option."""
-    known = [name for group in cls.defaults for name in group._fields]
-    for name in options:
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f" Did you mean `{close[0]}`?" if close else ""
-            raise TypeError(
-                f"{cls.__name__} got an unexpected keyword argument `{name}`.{hint} Its "
-                f"options are: {', '.join(known)} (see help({cls.__name__}))."
-            )
-    return tuple(
-        group._replace(**{k: v for k, v in options.items() if k in group._fields})
-        for group in cls.defaults
-    )
-
-
-def option_names(defaults) -> tuple[str, ...]:
-    """Every option name of the groups ``defaults``, in order (``prefix`` and
-    ``init_loc_fn``, the base guide's, among them)."""
-    return tuple(name for group in defaults for name in group._fields)
-
-
-def signature(init, defaults) -> inspect.Signature:
-    """``init``'s signature with its ``**options`` spelt out: one keyword-only parameter per
-    option of the groups ``defaults`` that ``init`` does not name, with its default."""
-    sig = inspect.signature(init)
-    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    named = {p.name for p in params}
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    for group in defaults:
-        for name, value in group._asdict().items():
-            if name not in named:
-                params.append(inspect.Parameter(name, keyword, default=value))
-    return sig.replace(parameters=params)

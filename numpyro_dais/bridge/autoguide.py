@@ -37,6 +37,7 @@ from numpyro_dais.bridge.modelview import (
     subsampled_plates,
     trace_without_sampling,
 )
+from numpyro_dais.bridge.options import declare
 from numpyro_dais.bridge.template import GuideTemplate
 from numpyro_dais.engine.annealing import weights
 from numpyro_dais.runtime.vectorise import CompiledPrograms, map_batched
@@ -48,15 +49,25 @@ class ContinuousGuide(GuideTemplate, CompiledPrograms, numpyro_private.AutoConti
     Subclasses fill in the hooks of :class:`~numpyro_dais.bridge.template.GuideTemplate` (the
     training call and the skeleton of ``sample_posterior``); this class gives them a
     :class:`ModelView` of the model, its current parameters, vectorised constraining of draws
-    and checks of ``params``. Subclasses set
-    their options (named in ``_options``) before calling ``__init__``; afterwards they are
-    read-only, because compiled samplers and parameter shapes depend on them.
+    and checks of ``params``. A subclass declares its options once, as ``defaults`` (option
+    groups, :mod:`numpyro_dais.bridge.options`), and sets them before calling ``__init__``;
+    afterwards they are read-only, because compiled samplers and parameter shapes depend on
+    them.
     """
 
     #: whether the guide accepts models with a subsampled plate
     supports_subsampling = False
+    #: the option groups of a guide, with its defaults (:mod:`numpyro_dais.bridge.options`)
+    defaults = ()
     #: constructor options that are read-only after construction
     _options = ("prefix", "init_loc_fn")
+
+    def __init_subclass__(cls, **kwargs):
+        """A guide's options are read-only after construction, and its ``help()`` shows
+        every option with the guide's default."""
+        super().__init_subclass__(**kwargs)
+        declare(cls)
+        cls._options = tuple(dict.fromkeys(ContinuousGuide._options + cls._options))
 
     def __init__(
         self,

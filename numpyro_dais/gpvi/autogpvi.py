@@ -12,6 +12,9 @@ References:
   generative adversarial learning" (amortized SVGD).
 """
 
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpyro
@@ -29,6 +32,7 @@ from numpyro_dais.bridge.checks import (
     check_positive_int,
 )
 from numpyro_dais.bridge.modelview import log_joint
+from numpyro_dais.bridge.options import parse
 from numpyro_dais.engine.vi import gpvi, networks
 from numpyro_dais.runtime.reporting import report_gpvi, warn
 from numpyro_dais.runtime.vectorise import map_batched, shard_particles
@@ -37,6 +41,28 @@ from numpyro_dais.runtime.vectorise import map_batched, shard_particles
 JACOBIANS = ("auto", *gpvi.JACOBIANS)
 #: ``jacobian="auto"`` solves exactly up to this latent dimension
 EXACT_MAX_DIM = 100
+
+
+class GPVIOptions(NamedTuple):
+    """AutoGPVI's options and their defaults, documented on :class:`AutoGPVI`."""
+
+    num_particles: int = 64
+    noise_dim: int | None = None
+    hidden_dims: tuple = (64,)
+    jacobian: str = "auto"
+    algorithm: str | None = None
+    lambda_init: float = 1.0
+    learn_lambda: bool = False
+    prefix: str = "auto"
+    init_loc_fn: Callable = init_to_uniform
+    init_scale: float = 0.1
+    helper_hidden: int = 100
+    helper_layers: int = 2
+    max_helper_rel_loss: float = 100.0
+    monitor: str = "ksd"
+    num_summary_draws: int = 10_000
+    report_divergences: bool = True
+    mesh: Any = None
 
 
 class AutoGPVI(ContinuousGuide):
@@ -114,48 +140,13 @@ class AutoGPVI(ContinuousGuide):
     rate: :meth:`split_optimizer`.
     """
 
-    _options = ContinuousGuide._options + (
-        "num_particles",
-        "noise_dim",
-        "hidden_dims",
-        "jacobian",
-        "algorithm",
-        "lambda_init",
-        "learn_lambda",
-        "init_scale",
-        "helper_hidden",
-        "helper_layers",
-        "max_helper_rel_loss",
-        "monitor",
-        "num_summary_draws",
-        "report_divergences",
-        "mesh",
-    )
+    defaults = (GPVIOptions(),)
 
-    def __init__(
-        self,
-        model,
-        *,
-        num_particles=64,
-        noise_dim=None,
-        hidden_dims=(64,),
-        jacobian="auto",
-        algorithm=None,
-        lambda_init=1.0,
-        learn_lambda=False,
-        prefix="auto",
-        init_loc_fn=init_to_uniform,
-        init_scale=0.1,
-        helper_hidden=100,
-        helper_layers=2,
-        max_helper_rel_loss=100.0,
-        monitor="ksd",
-        num_summary_draws=10_000,
-        report_divergences=True,
-        mesh=None,
-        method=None,
-    ):
-        """Build the guide: the options are AutoGPVI's."""
+    def __init__(self, model, *, method=None, **options):
+        """Build the guide: the options are AutoGPVI's (``method``: the former name of
+        ``algorithm``)."""
+        (o,) = parse(type(self), options)
+        algorithm = o.algorithm
         if method is not None:
             warn(
                 "AutoGPVI's `method` is now `algorithm` (sample_posterior's `method` means "
@@ -163,38 +154,41 @@ class AutoGPVI(ContinuousGuide):
                 FutureWarning,
             )
             algorithm = method
+        jacobian, noise_dim, helper_layers = o.jacobian, o.noise_dim, o.helper_layers
         if algorithm is None:
             algorithm = "amortized_svgd" if jacobian == "auto" else "gpvi"
-        self.num_particles = check_positive_int("num_particles", num_particles, minimum=2)
-        self.mesh = check_mesh(type(self).__name__, mesh, self.num_particles, None)
+        self.num_particles = check_positive_int("num_particles", o.num_particles, minimum=2)
+        self.mesh = check_mesh(type(self).__name__, o.mesh, self.num_particles, None)
         if noise_dim is not None:
             noise_dim = check_positive_int("noise_dim", noise_dim)
         check_choice("jacobian", jacobian, JACOBIANS)
         check_choice("algorithm", algorithm, gpvi.ALGORITHMS)
-        check_choice("monitor", monitor, gpvi.MONITORS)
+        check_choice("monitor", o.monitor, gpvi.MONITORS)
         if algorithm == "amortized_svgd" and jacobian != "auto":
             raise ValueError(
                 f"`jacobian={jacobian!r}` has no meaning for algorithm='amortized_svgd' "
                 "(it takes J ≡ I); leave `jacobian` at 'auto'."
             )
-        hidden_dims = tuple(check_positive_int("hidden_dims", h) for h in hidden_dims)
+        hidden_dims = tuple(check_positive_int("hidden_dims", h) for h in o.hidden_dims)
         if helper_layers not in (1, 2, 3):
             raise ValueError(f"`helper_layers` must be 1, 2 or 3, got {helper_layers!r}.")
         self.noise_dim = noise_dim
         self.hidden_dims = hidden_dims
         self.jacobian = jacobian
         self.algorithm = algorithm
-        self.lambda_init = check_positive_float("lambda_init", lambda_init)
-        self.learn_lambda = learn_lambda
-        self.init_scale = check_positive_float("init_scale", init_scale)
-        self.helper_hidden = check_positive_int("helper_hidden", helper_hidden)
+        self.lambda_init = check_positive_float("lambda_init", o.lambda_init)
+        self.learn_lambda = o.learn_lambda
+        self.init_scale = check_positive_float("init_scale", o.init_scale)
+        self.helper_hidden = check_positive_int("helper_hidden", o.helper_hidden)
         self.helper_layers = helper_layers
-        self.max_helper_rel_loss = check_positive_float("max_helper_rel_loss", max_helper_rel_loss)
-        self.monitor = monitor
-        self.num_summary_draws = check_positive_int("num_summary_draws", num_summary_draws)
-        self.report_divergences = report_divergences
+        self.max_helper_rel_loss = check_positive_float(
+            "max_helper_rel_loss", o.max_helper_rel_loss
+        )
+        self.monitor = o.monitor
+        self.num_summary_draws = check_positive_int("num_summary_draws", o.num_summary_draws)
+        self.report_divergences = o.report_divergences
         self._nonfinite_steps = [0]  # steps with non-finite particles, for the warnings
-        super().__init__(model, prefix=prefix, init_loc_fn=init_loc_fn)
+        super().__init__(model, prefix=o.prefix, init_loc_fn=o.init_loc_fn)
 
     @staticmethod
     def split_optimizer(optimizer, helper_optimizer):

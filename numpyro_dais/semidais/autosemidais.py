@@ -15,6 +15,8 @@ inference via uncorrected Hamiltonian annealing"; Geffner & Domke (2022), "Varia
 inference with locally enhanced bounds for hierarchical models".
 """
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpyro
@@ -26,6 +28,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro_dais.annealed import objective
 from numpyro_dais.bridge import numpyro_private
 from numpyro_dais.bridge.checks import check_positive_float, check_positive_int, check_step_sizes
+from numpyro_dais.bridge.options import declare, parse
 from numpyro_dais.engine.annealing import dais, gaussian, transitions, weights
 from numpyro_dais.engine.annealing.path import betas_from_increments
 from numpyro_dais.runtime.reporting import report_diverged
@@ -37,6 +40,27 @@ from numpyro_dais.semidais.setup import SemiDAISSetUp
 __all__ = ["AutoSemiDAIS"]
 
 
+class SemiDAISOptions(NamedTuple):
+    """AutoSemiDAIS's options and their defaults, documented on :class:`AutoSemiDAIS`; the
+    first seven in the order of numpyro's positional arguments."""
+
+    K: int = 8
+    eta_init: float | None = None
+    eta_max: float | None = None
+    gamma_init: float = 0.9
+    init_scale: float = 0.1
+    subsample_plate: str | None = None
+    use_global_dais_params: bool = True
+    num_particles: int = 1
+    kernel: str = "hmc"
+    prefix: str = "auto"
+    forward_mode_differentiation: bool = False
+    report_divergences: bool = True
+    base: str = "auto"
+    control_variate: bool = True
+
+
+@declare
 class AutoSemiDAIS(
     SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, numpyro_private.AutoGuideBridge
 ):
@@ -120,41 +144,27 @@ class AutoSemiDAIS(
         ``num_particles=1``; pass ``False`` for other ELBOs.
     """
 
-    def __init__(
-        self,
-        model,
-        local_model,
-        global_guide=None,
-        local_guide=None,
-        K=8,
-        eta_init=None,
-        eta_max=None,
-        gamma_init=0.9,
-        init_scale=0.1,
-        subsample_plate=None,
-        use_global_dais_params=True,
-        *,
-        num_particles=1,
-        kernel="hmc",
-        prefix="auto",
-        forward_mode_differentiation=False,
-        report_divergences=True,
-        base="auto",
-        control_variate=True,
-    ):
+    defaults = (SemiDAISOptions(),)
+    #: numpyro's AutoSemiDAIS takes its first seven options by position too
+    positional_options = 7
+
+    def __init__(self, model, local_model=None, global_guide=None, local_guide=None, *args, **kw):
         """Build the guide: the options are AutoSemiDAIS's."""
+        (o,) = parse(type(self), kw, args)
+        base, K, kernel = o.base, o.K, o.kernel
+        eta_init, eta_max, gamma_init = o.eta_init, o.eta_max, o.gamma_init
         if base not in ("auto", "laplace", "gaussian"):
             raise ValueError(f"`base` must be 'auto', 'laplace' or 'gaussian', got {base!r}.")
         self.base = base
-        self.control_variate = bool(control_variate)
+        self.control_variate = bool(o.control_variate)
         self._querying = False
-        self.report_divergences = bool(report_divergences)
+        self.report_divergences = bool(o.report_divergences)
         self.K = check_positive_int("K", K)
-        self.num_particles = check_positive_int("num_particles", num_particles)
+        self.num_particles = check_positive_int("num_particles", o.num_particles)
         check_step_sizes(eta_init, eta_max)
         if not 0 < gamma_init < 1:
             raise ValueError(f"`gamma_init` must lie in (0, 1), got {gamma_init!r}.")
-        self.init_scale = check_positive_float("init_scale", init_scale)
+        self.init_scale = check_positive_float("init_scale", o.init_scale)
         if local_model is not None and not callable(local_model):
             raise TypeError("`local_model` must be the callable part of `model` with the plate.")
         if global_guide is not None and not hasattr(global_guide, "model"):
@@ -170,13 +180,13 @@ class AutoSemiDAIS(
             local_guide,
         )
         self.eta_init, self.eta_max, self.gamma_init = eta_init, eta_max, gamma_init
-        self.subsample_plate = subsample_plate
-        self.use_global_dais_params = bool(use_global_dais_params)
+        self.subsample_plate = o.subsample_plate
+        self.use_global_dais_params = bool(o.use_global_dais_params)
         super().__init__(
             model,
-            prefix=prefix,
+            prefix=o.prefix,
             init_loc_fn=init_to_uniform,
-            forward_mode_differentiation=forward_mode_differentiation,
+            forward_mode_differentiation=o.forward_mode_differentiation,
         )
 
     # -- the guide ------------------------------------------------------------------------
