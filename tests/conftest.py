@@ -126,6 +126,7 @@ LONG_RUNNING = (
     "tests/test_examples.py",
     "tests/test_reliability.py::test_sldais_checkpoint_resumes_exactly_in_a_fresh_process",
     "tests/test_docs.py::test_docs_build_strict",
+    "tests/test_multiprocess.py",
 )
 
 #: The fast tier (``python dev.py test --fast``, that is ``pytest -m "not slow"``) runs every

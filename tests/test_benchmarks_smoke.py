@@ -33,6 +33,7 @@ SCRIPTS = [
     "refinement_optimiser",
     "scaling_devices",
     "self_check",
+    "setup_scaling",
     "sldais_scaling",
     "sldais_vs_dais",
     "time_to_answer",
@@ -48,6 +49,7 @@ NO_FIGURE = {
     "refinement_optimiser",
     "scaling_devices",
     "self_check",
+    "setup_scaling",
     "sldais_scaling",
     "sldais_vs_dais",
 }
@@ -82,6 +84,7 @@ EXPECTED = {
         "## The self-check's tolerances on this set",
         "## Every fit",
     ),
+    "setup_scaling": ("| 500 |", "AutoDAIS K=8 N=8: svi.init (s)"),
     "time_to_answer": ("| logistic_1000 |", "## Summary", "A right answer: every latent"),
     "sldais_vs_dais": ("## breast-cancer", "| SL-DAIS K=8 |", "surrogate loss"),
     "gpvi_open_set": (

@@ -1,6 +1,8 @@
 """Argument checks shared by the guides: each error names the argument and the fix."""
 
 import math
+import os
+import sys
 
 import jax
 import numpy as np
@@ -100,6 +102,24 @@ def check_mesh(owner, mesh, total, batch_size, what="num_particles"):
             f"both must be multiples of {m}, e.g. {fix}; or use a mesh whose size divides them."
         )
     return mesh
+
+
+def check_processes(owner):
+    """Several processes joined by ``jax.distributed`` must compile the same programs, since
+    the collectives of each program pair up across them; refuse a run whose processes hash
+    strings each their own way (``PYTHONHASHSEED`` unset), under which they do not."""
+    seed = os.environ.get("PYTHONHASHSEED", "")
+    if jax.process_count() == 1 or not sys.flags.hash_randomization or seed.isdigit():
+        return
+    raise RuntimeError(
+        f"{owner}: this run spans {jax.process_count()} processes (jax.distributed), which "
+        "must compile the same programs for their collectives to pair up, but Python hashes "
+        "strings differently in each (PYTHONHASHSEED is not set), and numpyro's ELBOs sum "
+        "the sites' terms in the order of a set of their names: the processes would compile "
+        "different programs and compute wrong losses, parameters and draws, with no error. "
+        "Fix: start every process with the same PYTHONHASHSEED, e.g. "
+        "`PYTHONHASHSEED=0 python train.py` (or in the job's environment)."
+    )
 
 
 def check_full_data(guide_name, plates):

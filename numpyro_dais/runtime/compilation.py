@@ -52,9 +52,12 @@ def level_for(work: float) -> int | None:
 
 
 def on_cpu(leaves) -> bool:
-    """Whether a program on ``leaves`` compiles here for CPU, outside any outer trace."""
+    """Whether a program on ``leaves`` compiles here for CPU, outside any outer trace, in a
+    single process. Several processes (``jax.distributed``) must run the same executable at
+    each call, since their collectives pair up across them; a choice of executable made by
+    each process's own clock (the background upgrade, the window's) would break that."""
     traced = any(isinstance(x, jax.core.Tracer) for x in leaves)
-    return not traced and jax.default_backend() == "cpu"
+    return not traced and jax.default_backend() == "cpu" and jax.process_count() == 1
 
 
 def options_at(level: int | None) -> dict:
