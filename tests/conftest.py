@@ -334,7 +334,7 @@ def _q0_self_check_only_where_tested(request, monkeypatch):
     if request.module.__name__.split(".")[-1] == "test_setup":
         yield
         return
-    from numpyro_dais.annealed import queries
+    from numpyro_dais.annealed.binding import BindingGuide
 
-    monkeypatch.setattr(queries, "check_q0_once", lambda guide, params: None)
+    monkeypatch.setattr(BindingGuide, "_check_q0_once", lambda self, params: None)
     yield
