@@ -11,6 +11,8 @@ take; it owns the compiled programs, inside which a call is bound on the program
 operands. Nothing it calls calls back into it.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -65,7 +67,8 @@ class BindingGuide(ContinuousGuide):
 
     def _after_setup(self, args, kwargs):
         super()._after_setup(args, kwargs)
-        self._target.setup(self._view, self.prototype_trace, args, kwargs, self.prefix)
+        target = self._target.setup(self._view, self.prototype_trace, args, kwargs, self.prefix)
+        self._target = target
         if self.noncentre is True:
             self._noncentre_hierarchy(args, kwargs)
 
@@ -91,7 +94,7 @@ class BindingGuide(ContinuousGuide):
         linearise = (
             target.control_variate and not self._model_param_sites and not self._view.hidden_sites
         )
-        bind = lambda args, kwargs, params: target.bind(self._view, args, kwargs, params)  # noqa: E731
+        bind = functools.partial(target.bind, self._view)  # the view of this set-up
         return setup.Problem(
             type(self).__name__,
             numpyro_private.init_latent(self),
@@ -125,17 +128,19 @@ class BindingGuide(ContinuousGuide):
         self._affine_start, self._step_bounds, self.curvature = found[:3]
         self.refinement = found.refined
         if self._target.control_variate:
-            self._target.linearise(found.linear)
+            self._target = self._target.linearise(found.linear)
 
     def _guide_params(self):
         p, affine = self.prefix, self._affine_start
         init = numpyro_private.init_latent(self)
         q0 = sampling.q0_sites(p, self.base_dist, init, self.init_scale, affine is not None)
-        momentum = self._sampler.kernel.momentum
-        anneal = sampling.anneal_sites(
-            p, self.latent_dim, self.K, self._step_bounds, momentum, self.gamma_init
+        return q0, self._anneal_params(), sampling.preconditioner_sites(p, affine)
+
+    def _anneal_params(self):
+        momentum, D = self._sampler.kernel.momentum, self.latent_dim
+        return sampling.anneal_sites(
+            self.prefix, D, self.K, self._step_bounds, momentum, self.gamma_init
         )
-        return q0, anneal, sampling.preconditioner_sites(p, affine)
 
     def _model_params(self):
         """The model's current parameters and the target's own (e.g. surrogate weights)."""

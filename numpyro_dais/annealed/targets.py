@@ -15,6 +15,7 @@ Reference: Jankowiak & Phan (2022), "Surrogate likelihoods for variational annea
 importance sampling".
 """
 
+import copy
 import functools
 from collections.abc import Callable
 from typing import NamedTuple
@@ -67,10 +68,7 @@ def _once(build):
     """``build`` called on first use only, its log density kept for the call (any key)."""
     built = []
 
-    def once(*key):
-        return built[0] if built else built.append(build(*key)) or built[0]
-
-    return once
+    return lambda *key: built[0] if built else built.append(build(*key)) or built[0]
 
 
 #: default size ``N_s`` of the automatic (RAND) surrogate: ``min(256, Nd)``
@@ -94,8 +92,14 @@ class FullData:
     #: the dynamics read their key (a fresh mini-batch per run)
     dynamics_per_key = False
 
-    def setup(self, view: ModelView, prototype_trace, args, kwargs, prefix):
-        """Called once with the first call's arguments; returns nothing."""
+    def setup(self, view: ModelView, prototype_trace, args, kwargs, prefix) -> "FullData":
+        """This target set up with the first call's arguments: a new one (this is not changed)."""
+        new = copy.copy(self)
+        new._set_up(view, prototype_trace, args, kwargs, prefix)
+        return new
+
+    def _set_up(self, view, prototype_trace, args, kwargs, prefix):
+        """Fill in :meth:`setup`'s new target (nothing here)."""
 
     def param_sites(self) -> dict:
         """``{name: (initial value, param kwargs)}`` of the target's own parameters."""
@@ -119,8 +123,7 @@ class FullData:
         return self.dynamics(view, args, kwargs, params, rng_key)
 
     def start(self, view, args, kwargs, params, rng_key):
-        """The log density whose mode ``q0`` starts at (the Laplace start): the posterior's,
-        on all the data of the set-up call."""
+        """The log density whose mode ``q0`` starts at (the Laplace start): the posterior's."""
         return self.dynamics(view, args, kwargs, params, rng_key)
 
     def bound_batch(self, view, args, kwargs, model=None):
@@ -165,7 +168,7 @@ class _MiniBatchTarget(FullData):
 
     supports_subsampling = True
 
-    def setup(self, view, prototype_trace, args, kwargs, prefix):
+    def _set_up(self, view, prototype_trace, args, kwargs, prefix):
         self.plates = data_plates(prototype_trace)
         if not self.plates:
             raise ValueError(
@@ -175,8 +178,7 @@ class _MiniBatchTarget(FullData):
             )
 
     def _check_plates(self, view, plates):
-        # a call on all the data (e.g. sample_posterior) is fine; a mini-batch of another
-        # size than at set-up is not
+        # a call on all the data (e.g. sample_posterior) is fine; another mini-batch is not
         if any(self.plates.get(name) != plate for name, plate in plates.items()):
             raise ValueError(
                 f"{view.guide_name} fixed its subsample plates at set-up as {self.plates} "
@@ -232,14 +234,13 @@ class Surrogate(_MiniBatchTarget):
         """Keep ``(ẑ, ℓ(ẑ), ∇ℓ(ẑ))`` (the full-data log joint at the set-up's mode; host
         arrays) for :meth:`correction`, as the initial values of the sites
         :attr:`control_variate_names` (gradient stopped: a saved state resumes exactly);
-        ``None``: no control variate."""
-        if linear is None:
-            self._linear = {}
-            return
-        self._linear = {
+        ``None``: no control variate. A new target (this is not changed)."""
+        new, names = copy.copy(self), self.control_variate_names
+        new._linear = {
             name: (np.asarray(value, np.asarray(linear[0]).dtype), {})
-            for name, value in zip(self.control_variate_names, linear, strict=True)
+            for name, value in zip(names, linear or (), strict=bool(linear))
         }
+        return new
 
     def _covers(self, batch):
         return bool(batch) and set(batch) == set(self.plates)
@@ -294,7 +295,7 @@ class Surrogate(_MiniBatchTarget):
             }
         return self.final(view, args, kwargs, params, batch)
 
-    def setup(self, view, prototype_trace, args, kwargs, prefix):
+    def _set_up(self, view, prototype_trace, args, kwargs, prefix):
         self._params = {}
         #: the parameter sites of the control variate's linearisation ``(ẑ, ℓ(ẑ), ∇ℓ(ẑ))``
         self.control_variate_names = tuple(
@@ -304,7 +305,7 @@ class Surrogate(_MiniBatchTarget):
             self.plates = data_plates(prototype_trace)
             self._setup_model(view, prototype_trace)
             return
-        super().setup(view, prototype_trace, args, kwargs, prefix)
+        super()._set_up(view, prototype_trace, args, kwargs, prefix)
         if len(self.plates) > 1:
             raise ValueError(
                 f"The model subsamples plates {sorted(self.plates)}; the automatic surrogate "
