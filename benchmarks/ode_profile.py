@@ -44,7 +44,8 @@ from benchmarks._common import (
     write_results,
 )
 from numpyro_dais import AutoDAIS
-from numpyro_dais.annealed import chunked, queries, setup
+from numpyro_dais.annealed import queries
+from numpyro_dais.annealed.guide import AnnealedGuide
 from numpyro_dais.engine.annealing import dais, dais0
 from numpyro_dais.runtime import reporting
 
@@ -123,9 +124,9 @@ def timed_calls(recorder):
     """Our guide's set-up, self-check parts and divergence reports timed as phases (their
     module functions wrapped, and restored after)."""
     targets = [
-        (setup, "set_up", "set-up (mode, Hessian, whitening)"),
-        (chunked, "importance", "self-check: importance draws"),
-        (queries, "run_chains", "self-check: MALA chains"),
+        (AnnealedGuide, "_set_up_from_curvature", "set-up (mode, Hessian, whitening)"),
+        (queries, "importance", "self-check: importance draws"),
+        (AnnealedGuide, "_chains", "self-check: MALA chains"),
     ]
     originals = [(module, name, getattr(module, name)) for module, name, _ in targets]
     host = {"calls": 0, "seconds": 0.0}

@@ -22,6 +22,7 @@ import numpyro_dais
 from benchmarks import _real_models
 from benchmarks import real_models as rm
 from benchmarks._common import Stopwatch, markdown_table, parse_args, write_results
+from numpyro_dais.annealed import sampling
 
 NAME = "reestimate_preconditioner"
 MODULE = f"benchmarks.{NAME}"
@@ -45,7 +46,8 @@ def fit(entry, steps, draws, reestimate):
     if reestimate:
         params = svi.get_params(state)
         fitted = guide._params_from(params)
-        z = guide._draw(jax.random.PRNGKey(5), fitted, args, kwargs, "importance", draws)
+        call = guide._bind(fitted, args, kwargs)
+        z = sampling.draw(call, jax.random.PRNGKey(5), "importance", draws)
         z = np.asarray(z, np.float64)
         cov = np.cov(z.T) + 1e-9 * np.eye(z.shape[1])
         chol = np.linalg.cholesky(cov)

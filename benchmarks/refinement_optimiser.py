@@ -108,16 +108,15 @@ def adam_refine(log_density, eps, max_iters=1000, learning_rate=0.1, tol=0.05):
 
 @contextlib.contextmanager
 def captured_refinement(into):
-    """Within: the set-up's refinement inputs (its guide, data and Laplace whitening) go in
+    """Within: the set-up's refinement inputs (its problem and Laplace whitening) go in
     the dict ``into``, and ``into["seconds"]`` holds the refinement's time (its trigger's and
     fit's programs, compilation included)."""
     original = setup._refine
 
-    def capture(guide, args, kwargs, model_params, affine, dtype):
-        into.update(guide=guide, args=args, kwargs=kwargs, model_params=model_params)
-        into.update(affine=affine, dtype=dtype)
+    def capture(problem, affine, dtype):
+        into.update(problem=problem, affine=affine, dtype=dtype)
         start = time.perf_counter()
-        out = original(guide, args, kwargs, model_params, affine, dtype)
+        out = original(problem, affine, dtype)
         into["seconds"] = time.perf_counter() - start
         return out
 
@@ -191,8 +190,7 @@ def refit(captured, fit, runs=setup.REFINE_RUNS):
     key = jax.random.key(0)
     c = captured
     start = time.perf_counter()
-    args = c["args"], c["kwargs"], c["model_params"], key
-    out = c["guide"]._on_dynamics(run, *args, *operands, runs=runs)
+    out = setup.on_dynamics(c["problem"], run, key, *operands, runs=runs)
     out = jax.tree.map(np.asarray, out)
     return time.perf_counter() - start, out
 

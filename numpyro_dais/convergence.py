@@ -20,7 +20,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from numpyro_dais.annealed.guide import AnnealedGuide
-from numpyro_dais.annealed.selfcheck import check_q0_once
 from numpyro_dais.bridge.checks import check_positive_int
 from numpyro_dais.engine.diagnostics import stopping
 from numpyro_dais.results import ConvergedRun
@@ -113,14 +112,6 @@ def _check_options(max_steps, window, patience):
             "`max_steps`, or lower `window` or `patience`."
         )
     return max_steps, window, patience
-
-
-def _final_check(guide, params):
-    """The self-check of an annealed guide's ``q0`` on ``params`` (once; warns with the fix
-    where it fails), ``None`` for other guides or where it is off."""
-    if not isinstance(guide, AnnealedGuide) or guide.posterior_method != "q0":
-        return None
-    return check_q0_once(guide, params)
 
 
 def _raise_if_not_finite(mean, done):
@@ -234,7 +225,10 @@ def run_until_converged(
             "`init_state=result.state`.",
             RuntimeWarning,
         )
-    check = _final_check(svi.guide, params)
+    # the self-check of an annealed guide's q0 on params (once; warns with the fix where it
+    # fails), None for other guides or where it is off
+    annealed = isinstance(svi.guide, AnnealedGuide) and svi.guide.posterior_method == "q0"
+    check = svi.guide._check_q0_once(params) if annealed else None
     return ConvergedRun(params, state, jnp.asarray(np.concatenate(losses)), done, converged, check)
 
 

@@ -215,9 +215,9 @@ def test_roles_resolve_from_the_docstrings_scope():
     assert 'identifier="numpyro_dais.engine.annealing.weights.diverged"' in out
     assert 'identifier="numpyro_dais.engine.base.Target"><code>Target</code>' not in out
     assert 'identifier="numpyro_dais.engine.base.Target" optional><code>Target</code>' in out
-    guide = package["annealed.queries.PosteriorQueries.get_base_dist"]
+    guide = package["annealed.guide.AnnealedGuide.get_base_dist"]
     out = roles.rewrite(":meth:`get_transform`", guide, loader)
-    assert 'identifier="numpyro_dais.annealed.queries.PosteriorQueries.get_transform"' in out
+    assert 'identifier="numpyro_dais.annealed.guide.AnnealedGuide.get_transform"' in out
     out = roles.rewrite(":class:`~numpyro_dais.AutoDAIS`", guide, loader)
     assert 'identifier="numpyro_dais.AutoDAIS" optional><code>AutoDAIS</code>' in out
     assert roles.rewrite(":func:`no_such_name`", guide, loader) == "`no_such_name`"

@@ -139,3 +139,61 @@ def test_numpyros_private_names_only_in_the_numpyro_module():
         text = path.read_text()
         used = [p for p in NUMPYRO_PRIVATE if p in text]
         assert not used, f"{name} touches NumPyro's private {used}: go through {NUMPYRO_BOUNDARY}"
+
+
+#: The module-level functions that take a guide, each by design: the user utilities whose
+#: public argument is the user's guide (and the helper that calls its public methods per
+#: chain), and the bridge's accessors of NumPyro's private attributes of a guide. The rooms
+#: take a bound call instead (numpyro_dais/annealed/sampling.py, ``Call``). Only shrinks.
+TAKE_A_GUIDE = {
+    "numpyro_dais.arviz": {"to_inference_data", "_one_chain"},
+    "numpyro_dais.diagnostics": {"transition_params"},
+    "numpyro_dais.bridge.numpyro_private": {"init_latent", "unpack_latent"},
+}
+
+
+def _outside_classes(tree):
+    """The nodes of ``tree`` outside class bodies, each with the function it lies in."""
+
+    def walk(node, function):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                continue
+            inner = function
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) and function is None:
+                inner = child.name
+            yield child, inner
+            yield from walk(child, inner)
+
+    yield from walk(tree, None)
+
+
+def test_no_function_outside_a_class_takes_or_reads_a_guide():
+    """A room is a function of a bound call, never of the guide: no module-level function
+    has a parameter ``guide`` and no code outside a class reads ``guide.<name>``, but for
+    the functions of :data:`TAKE_A_GUIDE`."""
+    taking, reading = {}, {}
+    for name, path in _modules():
+        for node, function in _outside_classes(ast.parse(path.read_text())):
+            allowed = function in TAKE_A_GUIDE.get(name, ())
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and function == node.name:
+                a = node.args
+                params = {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs}
+                if "guide" in params and not allowed:
+                    taking.setdefault(name, []).append(node.name)
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "guide"
+                and not allowed
+            ):
+                reading.setdefault(name, []).append(f"{function}: guide.{node.attr}")
+    assert not taking, f"these take the guide; bind a call instead: {taking}"
+    assert not reading, f"these read the guide outside it: {reading}"
+    present = {
+        name: {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
+        for name, path in _modules()
+        if name in TAKE_A_GUIDE
+    }
+    stale = {m: fns - present.get(m, set()) for m, fns in TAKE_A_GUIDE.items()}
+    assert not any(stale.values()), f"drop these from TAKE_A_GUIDE: {stale}"

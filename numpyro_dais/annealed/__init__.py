@@ -7,14 +7,23 @@ the same for every preset:
   :mod:`~numpyro_dais.annealed.autodsmcs` (``AutoDSMCS``) and
   :mod:`~numpyro_dais.annealed.autosldais` (the SL-DAIS and SL-DSMCS guides);
 * :mod:`~numpyro_dais.annealed.options` — the option groups, one table of defaults;
-* :mod:`~numpyro_dais.annealed.targets` — what the dynamics follow and the final weight uses;
-* :mod:`~numpyro_dais.annealed.guide` — ``AnnealedGuide``: parameter sites, the training call;
+* :mod:`~numpyro_dais.annealed.targets` — what the dynamics follow and the final weight uses,
+  bound to one call (``Bound``);
+* :mod:`~numpyro_dais.annealed.guide` — ``AnnealedGuide``: its options and public queries;
+* :mod:`~numpyro_dais.annealed.binding` — its base: parameter sites, set-up, the training
+  hooks, and the binding of each call into one ``Call``;
+* :mod:`~numpyro_dais.annealed.sampling` — ``Fitted`` and ``Call``; the sampler run on a
+  call's target, back in ``z``;
+
+Each room below is a function of a bound ``Call`` (or of the set-up's ``Problem``), never of
+the guide:
+
 * :mod:`~numpyro_dais.annealed.setup` — once, at the first call: mode, whitening, step sizes;
 * :mod:`~numpyro_dais.annealed.objective` — the bound, the DAIS₀ term, the divergence brake;
-* :mod:`~numpyro_dais.annealed.sampling` — the sampler run on a target, back in ``z``;
-* :mod:`~numpyro_dais.annealed.queries` — the posterior methods (a mixin of the guide);
-* :mod:`~numpyro_dais.annealed.chunked` — importance draws through one compiled program;
-* :mod:`~numpyro_dais.annealed.selfcheck` — the once-per-params check of ``q0``.
+* :mod:`~numpyro_dais.annealed.queries` — importance draws through one compiled program,
+  the draws' warnings, ``q0`` as a distribution;
+* :mod:`~numpyro_dais.annealed.selfcheck` — the MALA relaxation and the transport check's
+  verdict.
 """
 
 from numpyro_dais.annealed.autodais import AutoDAIS

@@ -23,11 +23,11 @@ __all__ = ["AutoSurrogateLikelihoodDAIS", "AutoSurrogateLikelihoodDSMCS"]
 DYNAMICS = ("surrogate", "naive")
 
 
-def surrogate_target(guide, annealing, surrogate, smc=False):
-    """The target of a preset's :class:`~numpyro_dais.annealed.options.SurrogateLikelihood` options,
-    which are set on ``guide``; for DAIS, warns about the bias of ``num_particles > 1`` with
-    mini-batches (an SMC system has ``N > 1`` by design: its docstring states the bias
-    instead)."""
+def surrogate_target(name, annealing, surrogate, smc=False):
+    """The target of a preset's :class:`~numpyro_dais.annealed.options.SurrogateLikelihood`
+    options (guide ``name``'s, which keeps them as attributes); for DAIS, warns about the
+    bias of ``num_particles > 1`` with mini-batches (an SMC system has ``N > 1`` by design:
+    its docstring states the bias instead)."""
     surrogate_model, num_surrogate, dynamics = surrogate
     check_choice("dynamics", dynamics, DYNAMICS)
     if num_surrogate is not None:
@@ -42,11 +42,10 @@ def surrogate_target(guide, annealing, surrogate, smc=False):
             "`num_surrogate` sizes the automatic (RAND) surrogate; with a "
             "`surrogate_model` drop `num_surrogate`."
         )
-    guide.surrogate_model, guide.num_surrogate, guide.dynamics = surrogate
     num_particles = annealing.num_particles
     if num_particles > 1 and not smc:
         warn(
-            f"{type(guide).__name__} with num_particles={num_particles}: the mini-batch "
+            f"{name} with num_particles={num_particles}: the mini-batch "
             "estimate of the log likelihood enters the log-mean-exp of the weights, so the "
             "bound is biased upwards when the plate subsamples (B < Nd) and may exceed "
             "log Z. Use num_particles=1 for an unbiased bound.",
@@ -111,7 +110,9 @@ class AutoSurrogateLikelihoodDAIS(AnnealedGuide):
     def __init__(self, model, surrogate_model=None, **options):
         options["surrogate_model"] = surrogate_model
         annealing, surrogate = parse(type(self), options)
-        super().__init__(model, surrogate_target(self, annealing, surrogate), annealing)
+        self.surrogate_model, self.num_surrogate, self.dynamics = surrogate
+        target = surrogate_target(type(self).__name__, annealing, surrogate)
+        super().__init__(model, target, annealing)
 
 
 class AutoSurrogateLikelihoodDSMCS(AnnealedGuide):
@@ -148,5 +149,6 @@ class AutoSurrogateLikelihoodDSMCS(AnnealedGuide):
     def __init__(self, model, surrogate_model=None, **options):
         options["surrogate_model"] = surrogate_model
         annealing, surrogate, resampling = parse(type(self), options)
-        target = surrogate_target(self, annealing, surrogate, smc=True)
+        self.surrogate_model, self.num_surrogate, self.dynamics = surrogate
+        target = surrogate_target(type(self).__name__, annealing, surrogate, smc=True)
         super().__init__(model, target, annealing, resampling)

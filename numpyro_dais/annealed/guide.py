@@ -10,61 +10,40 @@ References: Geffner & Domke (2021); Zhang et al. (2021); Zenn & Bamler (2024), D
 (2023), DSMCS; Jankowiak & Phan (2022), SL-DAIS.
 """
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
-from numpyro.distributions import constraints
+import numpyro.distributions as dist
 from numpyro.infer.initialization import init_to_uniform
 
-from numpyro_dais.annealed import objective, sampling, setup
+from numpyro_dais.annealed import (
+    options,
+    queries,
+    sampling,
+    selfcheck,
+    setup,
+    targets,
+)
+from numpyro_dais.annealed.binding import BindingGuide
 from numpyro_dais.annealed.options import Annealing, Resampling
-from numpyro_dais.annealed.queries import POSTERIOR_METHODS, PosteriorQueries
-from numpyro_dais.annealed.sampling import Fitted
-from numpyro_dais.bridge import numpyro_private
-from numpyro_dais.bridge.autoguide import ContinuousGuide
+from numpyro_dais.annealed.selfcheck import CHAIN_STD_RATIO_TOL, MEAN_SHIFT_TOL, STD_RATIO_TOL
 from numpyro_dais.bridge.checks import (
-    check_bool,
+    check_batch_size,
     check_choice,
     check_mesh,
-    check_positive_float,
     check_positive_int,
-    check_step_sizes,
 )
-from numpyro_dais.bridge.modelview import hierarchical_normal_sites
 from numpyro_dais.engine import samplers
-from numpyro_dais.engine.annealing import dais, gaussian, transitions
-from numpyro_dais.engine.annealing.path import betas_from_increments
-from numpyro_dais.engine.setup import preconditioning
-from numpyro_dais.runtime import compilation
-from numpyro_dais.runtime.vectorise import jit_by_leaves
+from numpyro_dais.engine.annealing import dais
+from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransitionParams, TransportReport
 
-BASE_DISTS = ("diagonal", "cholesky")
-
-#: Loop bodies a set-up program runs, for its compilation level
-#: (:func:`numpyro_dais.runtime.compilation.run_for`): the mode search's Newton iterations times its
-#: Hessian's columns (its body ran about 340 times on a logistic GLMM, D = 71, 2,000 rows);
-#: the model's gradients, so counted at
-#: 1 / :data:`~numpyro_dais.runtime.compilation.GRADIENT_WORK_DISCOUNT`.
-SET_UP_RUNS = 300 / compilation.GRADIENT_WORK_DISCOUNT
+BASE_DISTS, POSTERIOR_METHODS = options.BASE_DISTS, options.POSTERIOR_METHODS
+SET_UP_RUNS = setup.SET_UP_RUNS
 
 
-def _float():
-    """JAX's default float dtype (float32, or float64 under ``jax_enable_x64``), for the
-    parameters' initial values, made on the host (no eager device operation to compile)."""
-    return np.dtype(jnp.result_type(float))
-
-
-@jax.jit
-def _betas_and_mass(increments, mass):
-    """``(betas (K + 1,), mass (D,))`` from the trained ``increments`` and mass matrix: one
-    compiled program when a guide runs eagerly (``svi.init``), inlined under ``jit``. Only
-    ``η/√m`` enters the position update, so an unnormalised mass matrix would let training
-    undo the ``eta_max`` cap: its geometric mean is kept at 1."""
-    return betas_from_increments(increments), mass / jnp.exp(jnp.mean(jnp.log(mass)))
-
-
-class AnnealedGuide(PosteriorQueries, ContinuousGuide):
+class AnnealedGuide(BindingGuide):
     """Annealing from a Gaussian ``q0`` to a target with ``K`` learnt transitions.
 
     Subclass it with a preset: ``defaults``, the option groups it takes with its defaults,
@@ -75,49 +54,22 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
 
     #: the option groups of a preset, with its defaults (:mod:`numpyro_dais.annealed.options`)
     defaults = (Annealing(noncentre=False),)
+    #: the :class:`Annealing` options kept as attributes of the guide (besides the checks')
+    _own_options = (
+        *("K", "num_particles", "kernel", "base_dist", "eta_init", "eta_max", "gamma_init"),
+        *("init_scale", "laplace_init", "noncentre", "posterior_method", "sym_kl_weight"),
+    )
     #: refine the Laplace start by Gaussian VI on the start density at set-up (``False``
     #: where that density is the full data's, which a mini-batch guide must not sweep)
     _refine_laplace = True
 
     def __init__(self, model, target, annealing: Annealing, resampling: Resampling | None = None):
         """``target``: a :mod:`numpyro_dais.annealed.targets` object; ``annealing``, ``resampling``:
-        the option groups that :func:`~numpyro_dais.annealed.options.parse` gave a preset
+        the option groups that :func:`~numpyro_dais.bridge.options.parse` gave a preset
         (``resampling=None``: DAIS, else SMC)."""
-        a = annealing
-        self.K = check_positive_int("K", a.K)
-        self.num_particles = check_positive_int("num_particles", a.num_particles)
-        self.mesh = check_mesh(type(self).__name__, a.mesh, self.num_particles, None)
-        check_choice("kernel", a.kernel, transitions.KERNELS)
-        check_choice("base_dist", a.base_dist, BASE_DISTS)
-        check_choice("posterior_method", a.posterior_method, POSTERIOR_METHODS)
-        check_step_sizes(a.eta_init, a.eta_max)
-        if not 0 < a.gamma_init < 1:
-            raise ValueError(f"`gamma_init` must lie in (0, 1), got {a.gamma_init!r}.")
-        self.init_scale = check_positive_float("init_scale", a.init_scale)
-        self.laplace_init = check_bool("laplace_init", a.laplace_init)
-        self.self_check = check_bool("self_check", a.self_check)
-        valid = a.noncentre == "auto" or isinstance(a.noncentre, bool | np.bool_)
-        if not valid or (a.noncentre and target.supports_subsampling):
-            raise ValueError(
-                "`noncentre` must be 'auto' (non-centre a hierarchy whose centred posterior "
-                "has no mode), True (always) or False (never), got "
-                f"{a.noncentre!r}; the mini-batch guides take False only."
-            )
-        sym_kl_weight = a.sym_kl_weight
-        if sym_kl_weight is None:
-            sym_kl_weight = 1.0 if a.posterior_method == "q0" else 0.0
-        if isinstance(sym_kl_weight, bool) or not (
-            np.isfinite(sym_kl_weight) and sym_kl_weight >= 0
-        ):
-            raise ValueError(
-                "`sym_kl_weight` must be a finite number >= 0 (0: q0 trained on the bound "
-                f"alone), got {sym_kl_weight!r}."
-            )
-        self.sym_kl_weight = float(sym_kl_weight)
-        for name in ("kernel", "base_dist", "eta_init", "eta_max", "gamma_init", "noncentre"):
+        a = options.checked(annealing, type(self).__name__, target.supports_subsampling)
+        for name in (*self._own_options, "report_divergences", "self_check", "mesh"):
             setattr(self, name, getattr(a, name))
-        self.posterior_method = a.posterior_method
-        self.report_divergences = a.report_divergences
         for name, value in resampling._asdict().items() if resampling else ():
             setattr(self, name, value)
         config, train_config = resampling.configs() if resampling else (None, None)
@@ -156,232 +108,234 @@ class AnnealedGuide(PosteriorQueries, ContinuousGuide):
         if not args and not kwargs and not self._target.dynamics_need_data:
             args, kwargs = self._setup_args
         key = jax.random.key(0) if rng_key is None else rng_key
-        return self._target.build(self._view, args, kwargs, model_params, key)
+        return targets.build(self._target.bind(self._view, args, kwargs, model_params), key)
 
-    # -- set-up -------------------------------------------------------------------------------
+    # -- posterior queries: each binds its call, the rooms do the rest ---------------------------
 
-    def _after_setup(self, args, kwargs):
-        super()._after_setup(args, kwargs)
-        self._target.setup(self._view, self.prototype_trace, args, kwargs, self.prefix)
-        if self.noncentre is True:
-            self._noncentre_hierarchy(args, kwargs)
+    def sample_posterior(
+        self,
+        rng_key,
+        params,
+        *args,
+        sample_shape=(),
+        method=None,
+        batch_size=None,
+        mesh=None,
+        return_pareto_k=False,
+        **kwargs,
+    ):
+        """Posterior draws, vectorised.
 
-    def _noncentre_hierarchy(self, args, kwargs) -> bool:
-        """Run the hierarchy's Normal sites (those whose scale is a function of other latent
-        sites) non-centred from now on, if ``noncentre`` allows it and any exist; whether it
-        switched. Their flat coordinates then hold the noise ``u`` of ``value = loc + scale
-        · u`` (Gorinova et al. 2020), in which a centred hierarchy's funnel is gone."""
-        if not self.noncentre or self._view.noncentred:
-            return False
-        sites = hierarchical_normal_sites(self._view.model, args, kwargs)
-        sites = tuple(name for name in sites if name in self._view.transforms)  # this guide's
-        if sites:
-            self._view = self._view._replace(noncentred=sites)
-        return bool(sites)
-
-    def _set_up_from_curvature(self, args, kwargs, params):
-        """Fix the whitening and ``(eta_init, eta_max)`` at set-up
-        (:mod:`numpyro_dais.annealed.setup`), once."""
-        if self._step_bounds is not None:
-            return
-        found = setup.set_up(self, args, kwargs, params)
-        self._affine_start, self._step_bounds, self.curvature = found[:3]
-        self.refinement = found.refined
-        if self._target.control_variate:
-            self._target.linearise(found.linear)
-
-    def _linearises(self) -> bool:
-        """Whether the set-up keeps the full-data log joint's value and gradient at its mode
-        for the target's control variate: a target that takes one, on a model with no
-        ``numpyro.param`` sites and no sites hidden from it (both would change that log
-        joint after set-up, and bias the control variate)."""
-        return (
-            self._target.control_variate
-            and not self._model_param_sites
-            and not self._view.hidden_sites
-        )
-
-    def _on_dynamics(self, fn, args, kwargs, params, key, *operands, runs=SET_UP_RUNS):
-        """``fn(dynamics, start, *operands)`` for the dynamics' log density on this call's
-        data and the density whose mode ``q0`` starts at (``target.start``: the full-data log joint,
-        for the mini-batch guides too), as one compiled program (the set-up runs eagerly, where each
-        operation of the model would otherwise be compiled on its own), compiled for a run of
-        ``runs`` loop bodies (:func:`numpyro_dais.runtime.compilation.run_for`; :data:`SET_UP_RUNS`,
-        the mode search's, unless given)."""
-
-        def call(args, kwargs, params, operands):
-            view, target = self._view, self._target
-            dynamics = target.dynamics(view, args, kwargs, params, key)
-            return fn(dynamics, target.start(view, args, kwargs, params, key), *operands)
-
-        return jit_by_leaves(call).run_for(runs, args, kwargs, params, operands)
-
-    # -- parameters -------------------------------------------------------------------------
-
-    def _q0(self) -> gaussian.Gaussian:
-        """``q0`` in the coordinates the sampler runs in: ``u`` (whitened, starting at
-        ``N(0, I)``, the Laplace approximation) or, without a Laplace start, ``z`` (starting
-        at the initial point with ``init_scale``)."""
-        p, D = self.prefix, self.latent_dim
-        if self._affine_start is None:
-            loc, scale = numpyro_private.init_latent(self), self.init_scale
-        else:
-            loc, scale = np.zeros(D, _float()), 1.0
-        loc = numpyro.param(f"{p}_z_0_loc", loc)
-        if self.base_dist == "diagonal":
-            scale = numpyro.param(
-                f"{p}_z_0_scale", np.full(D, scale, _float()), constraint=constraints.positive
-            )
-        else:
-            scale = numpyro.param(
-                f"{p}_z_0_scale_tril",
-                np.eye(D, dtype=_float()) * scale,
-                constraint=constraints.scaled_unit_lower_cholesky,
-            )
-        return gaussian.Gaussian(loc, scale)
-
-    def _preconditioner(self) -> preconditioning.Affine | None:
-        """The whitening ``z = m + L u`` fixed at set-up, as parameter sites
-        ``{prefix}_preconditioner_loc`` ``(D,)``, ``{prefix}_preconditioner_scale``
-        ``(D, D)`` and ``{prefix}_preconditioner_log_det`` ``()`` that training never moves
-        (their gradient is stopped: zero), so that ``params`` alone define the trained guide
-        and a saved state resumes exactly."""
-        if self._affine_start is None:
-            return None
-        p = self.prefix
-        fields = zip(preconditioning.Affine._fields, self._affine_start, strict=True)
-        return preconditioning.Affine(
-            *(
-                jax.lax.stop_gradient(
-                    numpyro.param(f"{p}_preconditioner_{name}", np.asarray(value, _float()))
-                )
-                for name, value in fields
-            )
-        )
-
-    def _anneal_params(self) -> dais.AnnealParams:
-        p, D, K = self.prefix, self.latent_dim, self.K
-        increments = numpyro.param(
-            f"{p}_beta_increments", np.ones(K, _float()), constraint=constraints.positive
-        )
-        # before set-up (params given from outside) the bounds do not matter: substituted
-        eta_init, eta_max = self._step_bounds or (0.01, 0.1)
-        step_sizes = numpyro.param(
-            f"{p}_step_size",
-            np.full(K, eta_init, _float()),
-            constraint=constraints.interval(0.0, eta_max),
-        )
-        if self._sampler.kernel.momentum:
-            mass = numpyro.param(
-                f"{p}_mass_matrix", np.ones(D, _float()), constraint=constraints.positive
-            )
-            gamma = numpyro.param(
-                f"{p}_gamma", self.gamma_init, constraint=constraints.interval(0.0, 1.0)
-            )
-        else:  # the Langevin kernel has no momentum
-            mass, gamma = np.ones(D, _float()), np.zeros((), _float())
-        betas, mass = _betas_and_mass(increments, mass)
-        return dais.AnnealParams(betas, step_sizes, mass, gamma)
-
-    def _guide_params(self):
-        return self._q0(), self._anneal_params(), self._preconditioner()
-
-    def _model_params(self):
-        """The model's current parameters and the target's own (e.g. surrogate weights)."""
-        own = {
-            name: numpyro.param(name, value, **kw)
-            for name, (value, kw) in self._target.param_sites().items()
-        }
-        return {**super()._model_params(), **own}
-
-    def _model_params_from(self, params):
-        own = {k: jnp.asarray(params[k]) for k in self._target.param_sites() if k in params}
-        return {**super()._model_params_from(params), **own}
-
-    def _params_from(self, params) -> Fitted:
-        """The :class:`Fitted` parameters in an SVI ``params`` dict, checked first."""
-        # the control variate's sites: for training only (params saved without them draw)
-        make = lambda: (self._guide_params(), self._model_params())  # noqa: E731
-        self._check_params(params, make, self._target.control_variate_names)
-        q0, anneal, affine = self._substituted(self._guide_params, params)
-        return Fitted(q0, anneal, affine, self._model_params_from(params))
-
-    # -- the sampler on a target -----------------------------------------------------------------
-
-    def _data(self, args, kwargs, method):
-        """The arguments a ``method`` runs on: the call's, or (for a target that needs no data)
-        those of set-up when the call has none. A model set up without arguments (a fixed
-        target) needs none."""
-        if args or kwargs or not any(self._setup_args):
-            if method != "dais" or self._target.dynamics_need_data:
-                self._check_has_observations(args, kwargs, method)
-            return args, kwargs
-        if method == "dais" and not self._target.dynamics_need_data:
-            return self._setup_args
-        raise ValueError(
-            f"{type(self).__name__}: method={method!r} runs the annealing on the data; pass "
-            "the model's arguments, e.g. sample_posterior(key, params, X, y, method=...). "
-            "method='q0' needs no data."
-        )
-
-    def _run(self, rng_key, fitted: Fitted, args, kwargs, N, final, **options):
-        """:func:`numpyro_dais.annealed.sampling.run` of this guide."""
-        return sampling.run(self, rng_key, fitted, args, kwargs, N, final, **options)
-
-    # -- training call (the hooks of ContinuousGuide._latent_sample) ----------------------------
-
-    def _read_params(self, args, kwargs) -> Fitted:
-        params = self._model_params()
-        self._set_up_from_curvature(args, kwargs, params)
-        # the target's sites that its set-up creates (a control variate's linearisation)
-        added = {k: v for k, v in self._target.param_sites().items() if k not in params}
-        params.update(
-            {name: numpyro.param(name, value, **kw) for name, (value, kw) in added.items()}
-        )
-        return Fitted(*self._guide_params(), params)
-
-    def _posterior_draw(self, rng_key, fitted, args, kwargs):
-        method = self.posterior_method
+        :param method: ``"q0"`` (DAIS₀: draws of the trained ``q0``; needs no data),
+            ``"dais"`` (end points ``z_K`` of the annealing), ``"importance"`` (an end point
+            resampled by weight from each system of ``num_particles``) or ``"psis"`` (the
+            particles of ``S`` such systems pooled and ``S`` resampled by their
+            PSIS-smoothed weights). Defaults to the guide's ``posterior_method``. All but
+            ``"q0"`` anneal to the posterior of the data passed here (the training data).
+        :param batch_size: draws computed at once (bounds memory); ``None``: all at once.
+        :param mesh: a :class:`jax.sharding.Mesh`: the draws (for ``"importance"``, the
+            particle systems, one per draw) are split evenly over all its devices, so its
+            size must divide the number of draws and ``batch_size``. Same draws as without
+            it, for the same key. ``None``: one device.
+        :param return_pareto_k: also return the Pareto ``k̂`` of the weights behind the
+            draws (``"importance"``: every particle of every system, pooled; ``"dais"``: the
+            end points'; ``None`` for ``"q0"``). Above ``min(1 − 1/log10 S, 0.7)`` the draws
+            may be far from the posterior, and a ``RuntimeWarning`` says so either way.
+        :return: dict of site values with leading shape ``sample_shape`` (and ``k̂``).
+        """
+        method = self.posterior_method if method is None else method
+        check_choice("method", method, POSTERIOR_METHODS)
+        plan = self._draw_plan(sample_shape, batch_size, mesh)
+        fitted = self._params_from(params)
         if method != "q0":
             args, kwargs = self._data(args, kwargs, method)
-        return self._draw(rng_key, fitted, args, kwargs, method, 1)[0]
+        else:
+            self._check_q0_once(params)
+        operands = (rng_key, fitted, args, kwargs)
+        if method == "importance" and queries.applies(plan.batch_size, plan.mesh, *operands):
+            out = self._importance(rng_key, fitted, params, args, kwargs, plan.num_draws)
+            draws = self._shape_draws(out.draws, plan)
+            k = sampling.pooled_pareto_k(out.log_weights)
+        else:
+            run = self._compiled(self._sample_posterior)
+            runs = queries.runs(self.K, plan.num_draws, plan.batch_size, method)
+            draws, k = run.run_for(runs, rng_key, fitted, params, args, kwargs, plan, method)
+        if method != "q0":
+            resampling, n = self._sampler.resampling is not None, plan.num_draws
+            name, N = type(self).__name__, self.num_particles
+            queries.warn_about_draws(name, draws, k, method, n, N, resampling)
+        return (draws, k) if return_pareto_k else draws
 
-    def _in_loss(self, fitted, args, kwargs) -> objective.LossCall:
-        step_sizes = fitted.anneal.step_sizes  # before the NaN guard: for the divergence brake
-        q0, anneal, params = self._bound_safe((fitted.q0, fitted.anneal, fitted.model_params))
-        # Open the subsample plates of the model that the loss runs, drawn in O(B) (numpyro
-        # effects: not in `_bound`); the ELBO replays them into the model. With N > 1 the
-        # bound's final term uses the batch too; with one particle the model's own term is
-        # the final term. Either way the target's control variate corrects the final term
-        # on these rows. The plates are opened only where the loss's model is known.
-        loss_model = numpyro_private.enclosing_loss_model()
-        batch = None
-        if self.num_particles > 1 or loss_model is not None:
-            batch = self._target.bound_batch(self._view, args, kwargs, loss_model)
-        fitted = Fitted(q0, anneal, fitted.affine, params)
-        return objective.LossCall(fitted, step_sizes, batch)
+    def log_evidence(
+        self, rng_key, params, *args, num_particles=1000, batch_size=None, mesh=None, **kwargs
+    ) -> LogEvidence:
+        """Estimate ``log Z = log p(x)`` from ``num_particles`` weighted particles (in systems
+        of at most ``batch_size``), on the full data passed here.
 
-    def _init_draw(self, rng_key, call, args, kwargs):
-        """``svi.init`` keeps the latent value only to trace the model once: ``q0``'s mean
-        in ``z``, computed on the host where the parameters are concrete (no program to
-        compile for it), else a ``q0`` draw."""
-        q0, affine = call.fitted.q0, call.fitted.affine
-        leaves = jax.tree.leaves((q0.loc, affine))
-        if any(isinstance(x, jax.core.Tracer) for x in leaves):
-            return self._draw(rng_key, call.fitted, args, kwargs, "q0", 1)[0]
-        loc = np.asarray(q0.loc)
-        if affine is not None:
-            loc = np.asarray(affine.loc) + np.asarray(affine.scale) @ loc
-        return loc.astype(np.asarray(q0.loc).dtype)
+        Returns ``LogEvidence(log_Z, ess, se, pareto_k)``. ``se`` is the standard error of ``log_Z``
+        by the delta method on the weights (``se² ≈ (N / ess − 1) / (N − 1)`` for DAIS;
+        for SMC the variance estimate of Lee & Whiteley (2018) through each system's
+        genealogy, combined over the systems). The estimate is biased low by about
+        ``se² / 2`` (Jensen). To compare two models, a difference of ``log_Z`` has standard
+        error ``sqrt(se_1² + se_2²)``. Both ``ess`` and ``se`` are estimated from the weights
+        themselves, so with an ``ess`` of a few the error bar is itself unreliable: use more
+        particles. ``pareto_k`` judges the weights' tail (Vehtari et al. 2024): above
+        ``min(1 − 1/log10 S, 0.7)`` (``S`` the particles of one system) the estimate is
+        unreliable whatever ``se`` says, and a ``RuntimeWarning`` names the fix.
 
-    def _loss_term(self, rng_key, call, args, kwargs):
-        bound = self._one_program_when_eager(self._bound, rng_key)
-        z, log_weight, diverged = bound(rng_key, call.fitted, args, kwargs, call.batch)
-        return z, log_weight - objective.divergence_brake(call.step_sizes, diverged)
+        ``mesh``: a :class:`jax.sharding.Mesh`; each system's particles are split evenly over
+        all its devices (its size must divide ``num_particles`` and ``batch_size``), and XLA
+        partitions the annealing. Same estimate as without it for the same key and
+        ``batch_size`` (without ``mesh`` or ``batch_size``, DAIS's particles come from the
+        importance draws' compiled program, systems of ``num_particles`` pooled). With
+        resampling (SMC) a system spans the devices, so each resampling step gathers its
+        weights across them.
+        """
+        num_particles = check_positive_int("num_particles", num_particles)
+        batch_size = check_batch_size(batch_size)
+        mesh = check_mesh(type(self).__name__, mesh, num_particles, batch_size)
+        fitted = self._params_from(params)
+        args, kwargs = self._data(args, kwargs, "importance")
+        operands = (rng_key, fitted, args, kwargs)
+        if self._sampler.resampling is None and queries.applies(batch_size, mesh, *operands):
+            # i.i.d. particles: the importance draws' compiled program, its systems pooled
+            systems = math.ceil(num_particles / self.num_particles)
+            out = self._importance(rng_key, fitted, params, args, kwargs, systems)
+            out = sampling.pooled_evidence(out.log_weights, num_particles)
+        else:
+            runs = queries.runs(self.K, num_particles, batch_size)
+            out = self._compiled(self._bound_call(sampling.log_evidence)).run_for(
+                runs, rng_key, fitted, args, kwargs, num_particles, batch_size, mesh
+            )
+        resampling = self._sampler.resampling is not None
+        name = type(self).__name__
+        queries.warn_about_evidence(name, out, num_particles, batch_size, resampling)
+        return out
 
-    def _bound(self, rng_key, fitted, args, kwargs, batch):
-        """:func:`numpyro_dais.annealed.objective.bound` of this guide."""
-        return objective.bound(self, rng_key, fitted, args, kwargs, batch)
+    def diagnostics(self, rng_key, params, *args, num_systems=None, **kwargs) -> SMCDiagnostics:
+        """ESS per transition, resampling flags, ``log Ẑ`` and the Pareto ``k̂`` of each
+        transition's incremental weights, for fresh particle systems of ``num_particles``,
+        on the full data passed here.
+
+        :param params: trained parameters (``svi_result.params``).
+        :param num_systems: ``None`` for one system (shapes ``(K,)``, ``(K,)``, ``()``,
+            ``(K,)``), or
+            an int ``S`` for ``S`` independent systems (a leading ``(S,)`` axis).
+        """
+        fitted = self._params_from(params)
+        args, kwargs = self._data(args, kwargs, "importance")
+        if num_systems is not None:
+            num_systems = check_positive_int("num_systems", num_systems)
+        diagnose = self._compiled(self._bound_call(sampling.diagnostics))
+        return diagnose.run_for(self.K, rng_key, fitted, args, kwargs, num_systems)
+
+    def transition_params(self, params):
+        """The learnt β schedule, step sizes, mass matrix and damping ``γ``, as a
+        :class:`numpyro_dais.TransitionParams` (:func:`numpyro_dais.transition_params`; plot
+        them with :func:`numpyro_dais.plot_transitions`).
+
+        :param params: trained parameters (``svi_result.params``).
+        """
+        anneal = self._params_from(params).anneal
+        return TransitionParams(
+            betas=np.asarray(anneal.betas),
+            step_sizes=np.asarray(anneal.step_sizes),
+            mass=np.asarray(anneal.mass),
+            gamma=float(anneal.gamma),
+            eta_max=float(self._step_bounds[1]),
+            kernel=self.kernel,
+            coordinates=self._coordinate_names(),
+        )
+
+    def transport_check(
+        self,
+        rng_key,
+        params,
+        *args,
+        num_samples=2000,
+        mean_tol=MEAN_SHIFT_TOL,
+        std_ratio_tol=STD_RATIO_TOL,
+        chain_std_ratio_tol=CHAIN_STD_RATIO_TOL,
+        batch_size=None,
+        warn=True,
+        **kwargs,
+    ) -> TransportReport:
+        """Check that ``q0`` (DAIS₀) agrees with the importance-resampled end points.
+
+        Learnt transitions can *transport* a misplaced ``q0`` to the posterior: the bound
+        is then tight and the end points right, but ``q0`` draws are not. This draws
+        ``num_samples`` end points (``method="importance"``, so it needs the data) and
+        compares each unconstrained coordinate: the mean shift in end-point standard
+        deviations must stay below ``mean_tol`` and the std ratio within
+        ``[1 / std_ratio_tol, std_ratio_tol]`` (a diagonal ``q0`` fitted by the
+        symmetrised KL is narrower than the marginals of a correlated posterior: ratio
+        ``(1 − ρ²)^{1/4}`` for correlation ``ρ``). The end points are ``K`` short steps
+        from ``q0`` and can agree with a ``q0`` too narrow for the posterior, so where the
+        dynamics run on the full-data posterior (AutoDAIS, AutoDSMCS) it also runs 64
+        Metropolis-adjusted Langevin chains of 100 steps from ``q0`` draws, which leave the
+        posterior invariant, and their std must stay within ``[1 / chain_std_ratio_tol,
+        chain_std_ratio_tol]`` times ``q0``'s (``chain_std_ratio``). The default
+        tolerances were set from a labelled set of fits against NUTS
+        (``benchmarks/self_check.py``), where no right ``q0`` failed the check. With
+        ``warn=True`` a failed check also raises a ``UserWarning`` carrying the fix.
+        """
+        num_samples = check_positive_int("num_samples", num_samples, minimum=2)
+        batch_size = check_batch_size(batch_size)
+        fitted = self._params_from(params)
+        args, kwargs = self._data(args, kwargs, "importance")
+        if queries.applies(batch_size, None, rng_key, fitted, args, kwargs):
+            end = self._importance(rng_key, fitted, params, args, kwargs, num_samples).z
+        else:
+            draw = self._compiled(self._bound_call(sampling.draw), "_draw")
+            runs = queries.runs(self.K, num_samples, batch_size)
+            end = draw.run_for(
+                runs, rng_key, fitted, args, kwargs, "importance", num_samples, batch_size
+            )
+        check = selfcheck.end_point_check(fitted.affine, fitted.q0, end)
+        chains = self._chains(rng_key, fitted, args, kwargs)
+        return selfcheck.transport_verdict(
+            self._subject(), check, mean_tol, std_ratio_tol, warn, chains, chain_std_ratio_tol
+        )
+
+    # -- q0 as an explicit posterior (DAIS₀) -----------------------------------------------------
+
+    def get_base_dist(self):
+        """The standard normal ``N(0, I_D)`` that :meth:`get_transform` maps to ``q0``."""
+        self._check_set_up()
+        return dist.Normal(jnp.zeros(self.latent_dim), 1.0).to_event(1)
+
+    def get_transform(self, params):
+        """The affine map from :meth:`get_base_dist` to ``q0`` (unconstrained space)."""
+        return queries.q0_transform(self._q0_of_z(params))
+
+    def get_posterior(self, params):
+        """``q0`` in the unconstrained space, as a NumPyro distribution (a full-rank
+        ``MultivariateNormal`` when whitened: a diagonal ``q0`` of ``u`` is one of ``z``)."""
+        return queries.q0_distribution(self._q0_of_z(params))
+
+    def median(self, params):
+        """Posterior median, as a dict of site values: ``q0``'s mean, constrained, when
+        ``posterior_method="q0"`` and no site runs non-centred; else the coordinate-wise
+        median of :data:`SUMMARY_DRAWS` draws of ``posterior_method`` on the set-up data
+        (fixed seed), so that it agrees with ``sample_posterior``."""
+        self._check_set_up()
+        if self.posterior_method != "q0" or self._view.noncentred:
+            return self._summary(params, lambda x: jnp.nanmedian(x, axis=0))
+        return self._transform(self._q0_of_z(params, check=True).loc)
+
+    def quantiles(self, params, quantiles):
+        """Posterior quantiles: ``q0``'s marginal normal quantiles, constrained, when
+        ``posterior_method="q0"``; else coordinate-wise quantiles of the draws behind
+        :meth:`median`.
+
+        :param quantiles: array of quantiles in ``(0, 1)``, e.g. ``[0.05, 0.5, 0.95]``.
+        :return: dict of site values with a leading axis over ``quantiles``.
+        """
+        q = queries.check_quantiles(quantiles)
+        self._check_set_up()
+        if self.posterior_method != "q0" or self._view.noncentred:
+            return self._summary(params, lambda x: jnp.nanquantile(x, jnp.asarray(q), axis=0))
+        return self._transform(queries.q0_quantiles(self._q0_of_z(params, check=True), q))
 
 
 __all__ = ["AnnealedGuide", "init_to_uniform"]

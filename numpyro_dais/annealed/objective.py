@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_dais.annealed import sampling
+from numpyro_dais.annealed.sampling import Call, Fitted
 from numpyro_dais.engine.annealing import dais0, gaussian
 from numpyro_dais.engine.setup import preconditioning
 from numpyro_dais.runtime.reporting import report_diverged
@@ -19,9 +20,9 @@ class LossCall(NamedTuple):
     """What a training call of an annealed guide hands its loss term: the ``fitted``
     parameters (non-finite gradients zeroed), the step sizes before that guard (for the
     divergence brake) and the model's mini-batch, opened by the guide (``None``: not opened;
-    the model draws its own)."""
+    the model draws its own). The loss term binds them into a :class:`Call`."""
 
-    fitted: sampling.Fitted
+    fitted: Fitted
     step_sizes: jax.Array
     batch: dict | None
 
@@ -60,41 +61,27 @@ def step_info(kernel, curvature, eta_max):
     )
 
 
-def bound(guide, rng_key, fitted, args, kwargs, batch):
+def bound(call: Call, rng_key):
     """One particle ``z*`` ``(D,)`` for the model, the log weight ``ℓ(z*) − objective`` that
     makes the ELBO equal the objective (the bound plus the symmetrised-KL term), and the
     fraction of particles that diverged.
 
     A mini-batch target's control variate ``c`` (:meth:`~numpyro_dais.annealed.targets.Surrogate.
-    correction`, on the model's mini-batch ``batch``) joins the final term: inside the
-    weights for ``N > 1``; for ``N = 1``, where the model's own term is the final term, in
-    the objective."""
+    correction`, on the model's mini-batch that the call is bound to) joins the final term:
+    inside the weights for ``N > 1``; for ``N = 1``, where the model's own term is the final
+    term, in the objective."""
     # one split for every key of the step (each split is a generator in the program)
     key_target, key_run, key_sym, key_pick = jax.random.split(rng_key, 4)
-    N = guide.num_particles
+    N = call.num_particles
     final = "omit" if N == 1 else "target"  # N = 1: the model's own term supplies ℓ(z_K)
-    whitened = sampling.run_whitened(
-        guide,
-        key_run,
-        fitted,
-        args,
-        kwargs,
-        N,
-        final,
-        batch=batch,
-        sampler=guide._train_sampler,
-        key_target=key_target,
-    )
-    out = sampling.out_in_z(fitted.affine, whitened, guide.mesh)
-    view, params = guide._view, fitted.model_params
-    correction = guide._target.correction(view, args, kwargs, params, batch)
-    sym_kl = sym_kl_term(guide, fitted, args, kwargs, whitened, key_sym, batch)
-    objective = out.log_Z + sym_kl
+    whitened = sampling.run_whitened(call, key_run, key_target, N, final)
+    out = sampling.out_in_z(call.fitted.affine, whitened, call.mesh)
+    correction = call.target.correction
+    objective = out.log_Z + sym_kl_term(call, whitened, key_sym)
     if correction is not None and N == 1:
         objective += correction(out.z[0])
-    if guide.report_divergences:  # adds 0.0: the loss keeps the check in the program
-        info = step_info(guide._sampler.kernel, guide.curvature, guide._step_bounds[1])
-        objective += report_diverged(type(guide).__name__, out.num_diverged, N, info)
+    if call.divergence_info is not None:  # adds 0.0: the loss keeps the check in the program
+        objective += report_diverged(call.name, out.num_diverged, N, call.divergence_info)
     # Hand one particle to the model, picked by its weight (so the model's deterministic
     # sites see a posterior-like draw). The factor makes the ELBO equal the objective:
     # ELBO = ℓ(z*) − (ℓ(z*) − objective).
@@ -108,31 +95,30 @@ def bound(guide, rng_key, fitted, args, kwargs, batch):
     return out.z[idx], own - objective, out.num_diverged / N
 
 
-def sym_kl_term(guide, fitted, args, kwargs, whitened, rng_key, batch=None):
+def sym_kl_term(call: Call, whitened, rng_key):
     """``−(w / K) · Ĵ`` with value 0: only its gradient in ``q0``'s location counts.
 
     ``Ĵ`` estimates ``KL(q0 ‖ p) + KL(p ‖ q0)``
     (:func:`~numpyro_dais.engine.annealing.dais0.symmetrized_kl`) for the posterior of the target's
     anchor (:meth:`~numpyro_dais.annealed.targets.FullData.anchor`: the full-data log joint, or for
-    a mini-batch target its unbiased estimate on ``batch``, never a surrogate's). The term anchors
-    the location, where learnt transitions make the bound flat; the scale follows the bound alone,
-    whose finite-K optimum sits nearer the posterior's marginal stds than the symmetrised-KL fit
-    does. The model's parameters, the scale, the particles and the weights are held fixed in it, so
-    the transitions and the model see only the bound. ``whitened``: the particle system in the
-    sampler's coordinates (:func:`~numpyro_dais.annealed.sampling.run_whitened`), where the term is
-    evaluated (the symmetrised KL is invariant under the whitening, and ``q0`` is diagonal or
-    triangular there).
+    a mini-batch target its unbiased estimate on the call's batch, never a surrogate's). The term
+    anchors the location, where learnt transitions make the bound flat; the scale follows the bound
+    alone, whose finite-K optimum sits nearer the posterior's marginal stds than the
+    symmetrised-KL fit does. The model's parameters, the scale, the particles and the weights are
+    held fixed in it, so the transitions and the model see only the bound. ``whitened``: the
+    particle system in the sampler's coordinates
+    (:func:`~numpyro_dais.annealed.sampling.run_whitened`), where the term is evaluated (the
+    symmetrised KL is invariant under the whitening, and ``q0`` is diagonal or triangular there).
     """
-    if not guide.sym_kl_weight:
+    if not call.sym_kl_weight:
         return 0.0
-    q0 = fitted.q0
-    fixed = jax.lax.stop_gradient(fitted.model_params)
-    anchor = guide._target.anchor(guide._view, args, kwargs, fixed, rng_key, batch)
-    if fitted.affine is not None:
-        anchor = preconditioning.pull_back(fitted.affine, anchor)
+    q0, affine = call.fitted.q0, call.fitted.affine
+    anchor = call.target.anchor(rng_key)
+    if affine is not None:
+        anchor = preconditioning.pull_back(affine, anchor)
     located = q0._replace(scale=jax.lax.stop_gradient(q0.scale))
     u0 = q0.loc + jax.lax.stop_gradient(whitened.z0 - q0.loc)  # moves with the loc
     J = dais0.symmetrized_kl(
         lambda u: gaussian.log_prob(located, u), anchor, u0, whitened.z, whitened.log_weights
     )
-    return -(guide.sym_kl_weight / guide.K) * (J - jax.lax.stop_gradient(J))
+    return -(call.sym_kl_weight / call.K) * (J - jax.lax.stop_gradient(J))

@@ -12,11 +12,13 @@ learnt transitions, and warns when their spread leaves ``q0``'s.
 """
 
 import hashlib
+from typing import NamedTuple
 
 import jax
 import numpy as np
 
 from numpyro_dais.annealed import sampling
+from numpyro_dais.annealed.sampling import Call
 from numpyro_dais.engine.annealing import dais0
 from numpyro_dais.engine.diagnostics import mala
 from numpyro_dais.results import TransportReport
@@ -63,27 +65,18 @@ def _fingerprint(params) -> str | None:
     return digest.hexdigest()
 
 
-def check_q0_once(guide, params) -> TransportReport | None:
-    """Run ``guide.transport_check`` on the set-up data the first time ``params`` are used
-    for ``q0`` draws, if ``guide.self_check``; its warning carries the fix. Returns its
-    report, ``None`` where it did not run (off, done before for these ``params``, under
-    ``jit``, or nothing to compare ``q0`` with)."""
-    if not guide.self_check:
-        return None
+def first_use(checked: set, params) -> bool:
+    """Whether ``params`` are used for ``q0`` draws for the first time (their fingerprint not
+    in ``checked``, which then holds it); ``False`` under ``jit`` (nothing to check there)."""
     key = _fingerprint(params)
-    checked = guide.__dict__.setdefault("_self_checked", set())
     if key is None or key in checked:
-        return None
+        return False
     checked.add(key)
-    args, kwargs = guide._setup_args
-    try:
-        report = guide.transport_check(
-            jax.random.key(0), params, *args, num_samples=NUM_SAMPLES, warn=False, **kwargs
-        )
-    except ValueError:
-        # the annealing cannot run here (e.g. a guide inside an AutoGuideList, whose model
-        # hides sites that another guide draws): nothing to compare q0 with
-        return None
+    return True
+
+
+def warn_if_failed(report: TransportReport) -> TransportReport:
+    """Warn, with the fix, when the self-check's ``report`` fails; returns it."""
     if not report.ok:
         reporting.warn(
             f"{report.message} (Checked once for these params on the set-up data, before "
@@ -93,23 +86,27 @@ def check_q0_once(guide, params) -> TransportReport | None:
     return report
 
 
-def _relaxation(guide, rng_key, fitted, args, kwargs):
-    # the check's own stream: the end points it is compared with use ``rng_key`` itself
+def relaxation(call: Call, rng_key) -> mala.RelaxationCheck:
+    """:func:`numpyro_dais.engine.diagnostics.mala.relaxation_check` of the call's ``q0`` on its
+    dynamics (:data:`RELAX_CHAINS` chains of :data:`RELAX_STEPS`, from ``rng_key`` folded with
+    1: the end points it is compared with use ``rng_key`` itself). Meaningful where the
+    dynamics run on the full-data posterior (not a surrogate, not a mini-batch)."""
     key_target, key_run = jax.random.split(jax.random.fold_in(rng_key, 1))
-    log_target = guide._target.dynamics(guide._view, args, kwargs, fitted.model_params, key_target)
-    q0 = sampling.in_z(fitted.affine, fitted.q0)
+    log_target = call.target.dynamics(key_target)
+    q0 = sampling.in_z(call.fitted.affine, call.fitted.q0)
     return mala.relaxation_check(key_run, q0, log_target, RELAX_CHAINS, RELAX_STEPS)
 
 
-def run_chains(guide, rng_key, fitted, args, kwargs) -> mala.RelaxationCheck | None:
-    """:func:`numpyro_dais.engine.diagnostics.mala.relaxation_check` of ``guide``'s ``q0`` on its
-    posterior (:data:`RELAX_CHAINS` chains of :data:`RELAX_STEPS`, from ``rng_key`` folded
-    with 1, inside the chains' program); ``None`` where its
-    dynamics do not run on the full-data posterior (a surrogate, a mini-batch)."""
-    if guide._target.supports_subsampling:
-        return None
-    run = guide._compiled(lambda *a: _relaxation(guide, *a), "relaxation")
-    return run.run_for(RELAX_RUNS, rng_key, fitted, args, kwargs)
+class Subject(NamedTuple):
+    """What a verdict says of the guide it judges: its class ``name``, the ``names`` of the
+    flat coordinates, ``unpack`` (flat ``(D,)`` to a dict by site) and the options its fix
+    names (``sym_kl_weight``, ``base_dist``)."""
+
+    name: str
+    names: list
+    unpack: object
+    sym_kl_weight: float
+    base_dist: str
 
 
 def _farthest_from_one(ratio) -> int:
@@ -180,15 +177,15 @@ def end_point_check(affine, q0, z_end):
 
 
 def transport_verdict(
-    guide, check, mean_tol, std_ratio_tol, warn, chains=None, chain_std_ratio_tol=None
+    subject: Subject, check, mean_tol, std_ratio_tol, warn, chains=None, chain_std_ratio_tol=None
 ) -> TransportReport:
     """The :class:`TransportReport` of a :func:`numpyro_dais.engine.annealing.dais0.transport_check`
     result ``check`` (q0 against the end points, per unconstrained coordinate) and of
-    ``chains`` (:func:`run_chains`, ``None``: not run), with the fix in its message; a
+    ``chains`` (:func:`relaxation`, ``None``: not run), with the fix in its message; a
     ``UserWarning`` too when it fails and ``warn``."""
     shift, ratio = np.asarray(check.mean_shift), np.exp(np.asarray(check.log_std_ratio))
     finite = float(check.finite_fraction)
-    names = guide._coordinate_names()
+    names = subject.names
     # written so that NaN (no finite end point, or one that does not vary) fails
     bad_mean = ~(np.abs(shift) <= mean_tol)
     bad_std = ~((ratio <= std_ratio_tol) & (ratio >= 1.0 / std_ratio_tol))
@@ -201,7 +198,7 @@ def transport_verdict(
     )
     if finite < 1.0:
         summary += f"; {1.0 - finite:.0%} of the end points diverged and are left out"
-    name = type(guide).__name__
+    name = subject.name
     chain_tol = CHAIN_STD_RATIO_TOL if chain_std_ratio_tol is None else chain_std_ratio_tol
     chains_ok, chain_ratio, chains_message = _chains_verdict(
         name, names, chains, chain_tol, end_points_ok
@@ -213,8 +210,8 @@ def transport_verdict(
             message += chains_message
     else:
         fix = (
-            f"raise `sym_kl_weight` (now {guide.sym_kl_weight:g}) or train longer"
-            if guide.sym_kl_weight
+            f"raise `sym_kl_weight` (now {subject.sym_kl_weight:g}) or train longer"
+            if subject.sym_kl_weight
             else "train with `sym_kl_weight=1` (the default for posterior_method='q0')"
         )
         message = (
@@ -232,7 +229,7 @@ def transport_verdict(
                 "divergence reports, train longer at a lower learning rate, and compare "
                 "with NUTS."
             )
-        elif np.any(bad_std) and not np.any(bad_mean) and guide.base_dist == "diagonal":
+        elif np.any(bad_std) and not np.any(bad_mean) and subject.base_dist == "diagonal":
             message += (
                 " Only the spread disagrees: for a strongly correlated posterior use "
                 "base_dist='cholesky'."
@@ -241,6 +238,6 @@ def transport_verdict(
         message = chains_message if end_points_ok else f"{message} Also: {chains_message}"
     if warn and not ok:
         reporting.warn(message, UserWarning)
-    unpack = lambda x: {k: np.asarray(v) for k, v in guide._view.unpack(x).items()}
+    unpack = lambda x: {k: np.asarray(v) for k, v in subject.unpack(x).items()}
     chain_ratio = None if chain_ratio is None else unpack(chain_ratio)
     return TransportReport(ok, unpack(shift), unpack(ratio), names[i], message, chain_ratio)

@@ -17,15 +17,24 @@ also serve the control variate of the final term
 """
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import numpy as np
 
-from numpyro_dais.bridge import numpyro_private
+from numpyro_dais.annealed import options
 from numpyro_dais.engine.setup import curvature, preconditioning, refinement
 from numpyro_dais.runtime import compilation
 from numpyro_dais.runtime.reporting import warn
+from numpyro_dais.runtime.vectorise import jit_by_leaves
+
+#: Loop bodies a set-up program runs, for its compilation level
+#: (:func:`numpyro_dais.runtime.compilation.run_for`): the mode search's Newton iterations times its
+#: Hessian's columns (its body ran about 340 times on a logistic GLMM, D = 71, 2,000 rows);
+#: the model's gradients, so counted at
+#: 1 / :data:`~numpyro_dais.runtime.compilation.GRADIENT_WORK_DISCOUNT`.
+SET_UP_RUNS = 300 / compilation.GRADIENT_WORK_DISCOUNT
 
 #: Largest latent dimension ``D`` for which the set-up forms the ``D × D`` Hessian (one
 #: Hessian-vector product per column and Newton iteration) and whitens by its Laplace
@@ -64,9 +73,8 @@ class SetUp(NamedTuple):
     whether it replaced the Laplace start), ``None`` when not run."""
     linear: tuple | None = None
     """``(ẑ, ℓ(ẑ), ∇ℓ(ẑ))``: the start density's value and gradient at the mode search's
-    end point (host arrays), for a mini-batch target's control variate; ``None`` where the
-    guide asks for none (:meth:`~numpyro_dais.annealed.guide.AnnealedGuide._linearises`) or
-    there is no Laplace start."""
+    end point (host arrays), for a mini-batch target's control variate; ``None`` where not
+    asked for (``Problem.linearise``) or there is no Laplace start."""
 
 
 def _concrete(x):
@@ -77,18 +85,60 @@ def _concrete(x):
         return None
 
 
-def set_up(guide, args, kwargs, model_params) -> SetUp:
-    """Measure the posterior of ``guide``'s model at the initial point and fix the start.
+class Problem(NamedTuple):
+    """What the set-up measures, from the guide: its ``name``, the initial point ``init``,
+    ``bind`` (``(args, kwargs, params) -> targets.Bound``), the first call's data and model
+    parameters, ``site_sizes`` (``(D,)``: the whitening's blocks) and the options (``linearise``:
+    keep the start's linearisation for a control variate; ``own_start``: the search runs on
+    another density than the start's; ``refine``: by Gaussian VI; the kernel's ``momentum``)."""
 
-    ``guide`` is an annealed guide (its options ``laplace_init``, ``init_scale``, ``kernel``,
-    ``eta_init``, ``eta_max``); the measurement runs on its dynamics and start densities
-    (``guide._on_dynamics``)."""
-    name = type(guide).__name__
-    init = numpyro_private.init_latent(guide)
-    dim = init.shape[0]
-    laplace = guide.laplace_init and dim <= MAX_DENSE_DIM
-    linearise = laplace and guide._linearises()
-    own = laplace and guide._target.supports_subsampling  # the Hessian of the start density
+    name: str
+    init: object
+    bind: Callable
+    args: tuple
+    kwargs: dict
+    params: dict
+    site_sizes: np.ndarray
+    laplace_init: bool
+    init_scale: float
+    linearise: bool
+    own_start: bool
+    refine: bool
+    eta_init: float | None
+    eta_max: float | None
+    momentum: bool
+
+
+class Measured(NamedTuple):
+    """:func:`measure`'s result (host arrays; ``None`` where not measured). ``funnel``:
+    ``(rise, predicted)`` at a degenerate mode (:func:`_funnel_rise`): non-centre, measure again."""
+
+    lam: object
+    mode: object
+    linear: tuple | None
+    affine: preconditioning.Affine | None
+    funnel: tuple | None
+
+
+def on_dynamics(problem: Problem, fn, key, *operands, runs=SET_UP_RUNS):
+    """``fn(dynamics, start, *operands)`` on the problem's data (``start``: the full-data log
+    joint whose mode ``q0`` starts at, for the mini-batch guides too), as one program (the
+    set-up runs eagerly, where each operation of the model would be compiled on its own)
+    compiled for ``runs`` loop bodies (:func:`numpyro_dais.runtime.compilation.run_for`)."""
+
+    def call(args, kwargs, params, operands):
+        bound = problem.bind(args, kwargs, params)
+        return fn(bound.dynamics(key), bound.start(key), *operands)
+
+    return jit_by_leaves(call).run_for(runs, *problem[3:6], operands)
+
+
+def measure(problem: Problem) -> Measured:
+    """Measure the posterior at the initial point: the curvature, and with a Laplace start
+    the mode search, its Hessian and the whitening there."""
+    init = problem.init
+    laplace = problem.laplace_init and init.shape[0] <= MAX_DENSE_DIM
+    own = laplace and problem.own_start  # the Hessian of the start density
     key = jax.random.key(0)  # a fixed start: the set-up is deterministic
 
     def measure(dynamics, start, init, forward):
@@ -104,26 +154,31 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
             return mode.start_curvature, mode, linear, whitening
         return curvature.max_eigenvalue(key, dynamics, init, forward=forward), None, None, None
 
-    measured = curvature.forward_or_reverse(
-        lambda forward: guide._on_dynamics(measure, args, kwargs, model_params, key, init, forward)
-    )
+    measured = curvature.forward_or_reverse(lambda f: on_dynamics(problem, measure, key, init, f))
     lam, mode, linear, whitening = jax.tree.map(_concrete, measured)
-    affine = None
+    affine = funnel = None
     if mode is not None and mode.z is not None:  # None: set up under jit, nothing to read
         centre = mode.z
         if whitening is None:
             whitening = mode.neg_hessian
         else:
             centre = _newton_finish(mode.z, whitening, linear[1])
-        affine = preconditioning.laplace(centre, whitening, guide._coordinate_site_sizes())
+        affine = preconditioning.laplace(centre, whitening, problem.site_sizes)
         funnel = _funnel_rise(affine, mode, np.asarray(init))
-        if funnel is not None and guide._noncentre_hierarchy(args, kwargs):
-            # once: the hierarchy's Normal sites now run non-centred, where a mode exists
-            return set_up(guide, args, kwargs, model_params)
+    return Measured(lam, mode, linear, affine, funnel)
+
+
+def finish(problem: Problem, measured: Measured) -> SetUp:
+    """Fix the start from a :func:`measure`-ment: the Laplace whitening (refined, or none,
+    each with its warning) and the step-size bounds."""
+    name, init = problem.name, problem.init
+    dim, (lam, mode, linear, affine, funnel) = init.shape[0], measured
+    laplace = problem.laplace_init and dim <= MAX_DENSE_DIM
+    if mode is not None and mode.z is not None:
         affine = _laplace_affine(name, mode, affine, funnel)
     refined = None
-    if affine is not None and guide._refine_laplace:
-        affine, refined = _refine(guide, args, kwargs, model_params, affine, init.dtype)
+    if affine is not None and problem.refine:
+        affine, refined = _refine(problem, affine, init.dtype)
     if affine is not None:
         # refined: the curvature is 1 in u by construction (the Gaussian VI fit's own), where
         # the mode's (far from the bulk) would cap the step sizes tens of times too low
@@ -131,13 +186,15 @@ def set_up(guide, args, kwargs, model_params) -> SetUp:
         lam = BULK_MARGIN * (1.0 if _moved(refined) else at_mode)
         floor = BULK_MARGIN  # q0's own curvature in u, N(0, I) at the start, with the margin
     else:
-        floor = 1.0 / guide.init_scale**2
-        _warn_if_stiff(name, lam, guide.init_scale, dim, guide.laplace_init and laplace)
+        floor = 1.0 / problem.init_scale**2
+        _warn_if_stiff(name, lam, problem.init_scale, dim, problem.laplace_init and laplace)
+    linearise = laplace and problem.linearise
     if affine is None or not linearise or linear is None or linear[0] is None:
         linear = None
     else:
         linear = (mode.z, *linear)
-    return SetUp(affine, *_step_bounds(guide, lam, floor), refined, linear)
+    bounds = options.step_bounds(problem.eta_init, problem.eta_max, lam, floor, problem.momentum)
+    return SetUp(affine, *bounds, refined, linear)
 
 
 #: Fixed draws of the refinement's sample-average ELBO (antithetic pairs): enough for a
@@ -160,7 +217,7 @@ def _moved(refined) -> bool:
     return refined is not None and (int(refined.num_iters) > 0 or float(refined.start_scale) != 1)
 
 
-def _refine(guide, args, kwargs, model_params, affine, dtype):
+def _refine(problem: Problem, affine, dtype):
     """``(affine, Refinement)``: the Laplace whitening ``affine`` refined by Gaussian VI in its
     coordinates (:func:`~numpyro_dais.engine.setup.refinement.refine`) when its residual says the
     posterior's bulk is not the mode's Gaussian: ``z = m + L (μ + e^ρ u)``; ``affine``
@@ -183,7 +240,7 @@ def _refine(guide, args, kwargs, model_params, affine, dtype):
     def on_start(fit):
         operands = loc, scale, eps, fit
         runs = {"runs": REFINE_RUNS} if fit else {}
-        return guide._on_dynamics(run, args, kwargs, model_params, key, *operands, **runs)
+        return on_dynamics(problem, run, key, *operands, **runs)
 
     # the trigger alone first: the fit's program is compiled only for the posteriors it fits
     residual = float(on_start(False))
@@ -288,29 +345,6 @@ def _laplace_affine(name, mode, affine, funnel):
             UserWarning,
         )
     return affine
-
-
-def _step_bounds(guide, lam, floor):
-    """``((eta_init, eta_max), λ)`` of :func:`step_bounds` for ``guide``'s options."""
-    momentum = guide._sampler.kernel.momentum
-    return step_bounds(guide.eta_init, guide.eta_max, lam, floor, momentum)
-
-
-def step_bounds(eta_init, eta_max, lam, floor, momentum):
-    """``((eta_init, eta_max), λ)``: unless given, ``eta_max`` is half the integrator's
-    stability limit for the curvature ``max(λ, floor)`` (``1 / sqrt(λ)`` with momentum,
-    ``1 / λ`` for Langevin; ``floor``: ``q0``'s own) and ``eta_init = eta_max / 10``. ``λ``
-    returned is the curvature used (``None`` when ``eta_max`` was given)."""
-    used = None
-    if eta_max is None:
-        lam = float(lam) if lam is not None and np.isfinite(lam) else 0.0
-        used = max(lam, floor)
-        eta_max = 1.0 / math.sqrt(used) if momentum else 1.0 / used
-        if eta_init is not None and eta_init >= eta_max:
-            eta_max = 10.0 * eta_init
-    if eta_init is None:
-        eta_init = eta_max / 10.0
-    return (float(eta_init), float(eta_max)), used
 
 
 def _warn_if_stiff(name, lam, init_scale, dim, laplace_init):

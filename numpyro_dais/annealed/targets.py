@@ -15,6 +15,11 @@ Reference: Jankowiak & Phan (2022), "Surrogate likelihoods for variational annea
 importance sampling".
 """
 
+import copy
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,6 +39,38 @@ from numpyro_dais.bridge.modelview import (
 )
 from numpyro_dais.engine.annealing.dais import Target, omit_final
 
+
+class Bound(NamedTuple):
+    """A target bound to one call's data, parameters and mini-batch (:meth:`FullData.bind`),
+    as log densities ``z -> scalar``: ``dynamics(rng_key)`` what the transitions follow (the
+    key draws a naive mini-batch), ``final()`` the final weight's term on the call's batch
+    (``None``: the dynamics'), ``correction`` its control variate ``z -> c(z)`` (or
+    ``None``), ``anchor(rng_key)`` what the DAIS₀ term fits ``q0``'s location to (the call's
+    parameters held fixed), ``start(rng_key)`` the density whose mode ``q0`` starts at, and
+    ``check_plates()`` refuses the call's subsampled plates that the target does not take."""
+
+    dynamics: Callable
+    final: Callable
+    correction: Callable | None
+    anchor: Callable
+    start: Callable
+    check_plates: Callable
+
+
+def build(bound: Bound, rng_key, final="target") -> Target:
+    """The engine's :class:`~numpyro_dais.engine.base.Target` of ``bound``; ``final="omit"``:
+    the caller adds ``ℓ(z_K)``."""
+    bound.check_plates()
+    return Target(bound.dynamics(rng_key), omit_final if final == "omit" else bound.final())
+
+
+def _once(build):
+    """``build`` called on first use only, its log density kept for the call (any key)."""
+    built = []
+
+    return lambda *key: built[0] if built else built.append(build(*key)) or built[0]
+
+
 #: default size ``N_s`` of the automatic (RAND) surrogate: ``min(256, Nd)``
 DEFAULT_NUM_SURROGATE = 256
 #: the surrogate rows are chosen with this fixed seed, so a guide set up again on the same
@@ -52,9 +89,17 @@ class FullData:
     control_variate = False
     #: the parameter sites that hold that linearisation (none here)
     control_variate_names = ()
+    #: the dynamics read their key (a fresh mini-batch per run)
+    dynamics_per_key = False
 
-    def setup(self, view: ModelView, prototype_trace, args, kwargs, prefix):
-        """Called once with the first call's arguments; returns nothing."""
+    def setup(self, view: ModelView, prototype_trace, args, kwargs, prefix) -> "FullData":
+        """This target set up with the first call's arguments: a new one (this is not changed)."""
+        new = copy.copy(self)
+        new._set_up(view, prototype_trace, args, kwargs, prefix)
+        return new
+
+    def _set_up(self, view, prototype_trace, args, kwargs, prefix):
+        """Fill in :meth:`setup`'s new target (nothing here)."""
 
     def param_sites(self) -> dict:
         """``{name: (initial value, param kwargs)}`` of the target's own parameters."""
@@ -78,8 +123,7 @@ class FullData:
         return self.dynamics(view, args, kwargs, params, rng_key)
 
     def start(self, view, args, kwargs, params, rng_key):
-        """The log density whose mode ``q0`` starts at (the Laplace start): the posterior's,
-        on all the data of the set-up call."""
+        """The log density whose mode ``q0`` starts at (the Laplace start): the posterior's."""
         return self.dynamics(view, args, kwargs, params, rng_key)
 
     def bound_batch(self, view, args, kwargs, model=None):
@@ -87,23 +131,35 @@ class FullData:
         return None
 
     def _check_plates(self, view, plates):
-        """Refuse this call's subsampled ``plates`` (``{name: (size, subsample_size)}``).
-
-        A plate that was full at set-up may subsample in a later call (numpyro's own
-        ``test_subsample``): refused here, once per call, before the model would draw its
-        indices from an enclosing seed inside the sampler's ``vmap``."""
+        """Refuse this call's subsampled ``plates`` (``{name: (size, subsample_size)}``): a
+        plate full at set-up may subsample later (numpyro's own ``test_subsample``), refused
+        once per call, before the model draws its indices inside the sampler's ``vmap``."""
         check_full_data(view.guide_name, plates)
 
-    def build(self, view, args, kwargs, params, rng_key, final="target", batch=None) -> Target:
-        """The engine's target. ``final``: ``"target"`` (this target's final term on
-        ``batch``, ``None``: all the data) or ``"omit"`` (the caller adds ``ℓ(z_K)``)."""
-        self._check_plates(
-            view, subsampled_plates(trace_without_sampling(view.model, args, kwargs))
-        )
-        dyn = self.dynamics(view, args, kwargs, params, rng_key)
-        if final == "omit":
-            return Target(dyn, omit_final)
-        return Target(dyn, self.final(view, args, kwargs, params, batch))
+    def bind(self, view, args, kwargs, params, batch=None) -> Bound:
+        """This target bound to a call's data, ``params`` and the model's mini-batch ``batch``
+        (``None``: all the data): each log density built once, when first asked for."""
+        if self.dynamics_per_key:
+            dynamics = functools.partial(self.dynamics, view, args, kwargs, params)
+        else:  # the key is not read: one log density for every key
+            dynamics = _once(lambda rng_key: self.dynamics(view, args, kwargs, params, None))
+        correction = self.correction(view, args, kwargs, params, batch)
+        final = _once(lambda: self._final_with(view, args, kwargs, params, batch, correction))
+
+        def anchor(rng_key):  # the call's parameters held fixed
+            return self.anchor(view, args, kwargs, jax.lax.stop_gradient(params), rng_key, batch)
+
+        start = functools.partial(self.start, view, args, kwargs, params)
+
+        def check_plates():
+            plates = subsampled_plates(trace_without_sampling(view.model, args, kwargs))
+            self._check_plates(view, plates)
+
+        return Bound(dynamics, final, correction, anchor, start, check_plates)
+
+    def _final_with(self, view, args, kwargs, params, batch, correction):
+        """:meth:`final` on ``batch`` given its already built ``correction``."""
+        return self.final(view, args, kwargs, params, batch)
 
 
 class _MiniBatchTarget(FullData):
@@ -112,7 +168,7 @@ class _MiniBatchTarget(FullData):
 
     supports_subsampling = True
 
-    def setup(self, view, prototype_trace, args, kwargs, prefix):
+    def _set_up(self, view, prototype_trace, args, kwargs, prefix):
         self.plates = data_plates(prototype_trace)
         if not self.plates:
             raise ValueError(
@@ -122,8 +178,7 @@ class _MiniBatchTarget(FullData):
             )
 
     def _check_plates(self, view, plates):
-        # a call on all the data (e.g. sample_posterior) is fine; a mini-batch of another
-        # size than at set-up is not
+        # a call on all the data (e.g. sample_posterior) is fine; another mini-batch is not
         if any(self.plates.get(name) != plate for name, plate in plates.items()):
             raise ValueError(
                 f"{view.guide_name} fixed its subsample plates at set-up as {self.plates} "
@@ -147,9 +202,8 @@ class _MiniBatchTarget(FullData):
         """Open the plates that ``model`` (default: the guide's own) subsamples in this call
         in the guide, with indices drawn in ``O(B)``; the ELBO replays them into the model,
         so the model's own term (and with ``N > 1`` the guide's final term) uses these rows,
-        and the model does not draw them with numpyro's sampler, a loop of ``B`` sequential
-        steps on CPU that would dominate an SL-DAIS step. A
-        model that runs on all the data (e.g. scoring the full-data ELBO) gets none."""
+        not drawn by numpyro's sampler (a loop of ``B`` sequential steps on CPU that would
+        dominate an SL-DAIS step). A model that runs on all the data gets none."""
         model = view.model if model is None else model
         plates = subsampled_plates(trace_without_sampling(model, args, kwargs))
         return {
@@ -177,18 +231,16 @@ class Surrogate(_MiniBatchTarget):
         self._linear = {}
 
     def linearise(self, linear):
-        """Keep ``(ẑ, ℓ(ẑ), ∇ℓ(ẑ))``, the full-data log joint's value and gradient at a point
-        ``ẑ`` near the posterior (the set-up's mode; host arrays), for :meth:`correction`,
-        as the initial values of the parameter sites :attr:`control_variate_names` (whose
-        gradient the correction stops, so that ``params`` hold them and a saved state
-        resumes exactly); ``None``: no control variate."""
-        if linear is None:
-            self._linear = {}
-            return
-        self._linear = {
+        """Keep ``(ẑ, ℓ(ẑ), ∇ℓ(ẑ))`` (the full-data log joint at the set-up's mode; host
+        arrays) for :meth:`correction`, as the initial values of the sites
+        :attr:`control_variate_names` (gradient stopped: a saved state resumes exactly);
+        ``None``: no control variate. A new target (this is not changed)."""
+        new, names = copy.copy(self), self.control_variate_names
+        new._linear = {
             name: (np.asarray(value, np.asarray(linear[0]).dtype), {})
-            for name, value in zip(self.control_variate_names, linear, strict=True)
+            for name, value in zip(names, linear or (), strict=bool(linear))
         }
+        return new
 
     def _covers(self, batch):
         return bool(batch) and set(batch) == set(self.plates)
@@ -216,9 +268,12 @@ class Surrogate(_MiniBatchTarget):
         return c
 
     def final(self, view, args, kwargs, params, batch=None):
+        correction = self.correction(view, args, kwargs, params, batch)
+        return self._final_with(view, args, kwargs, params, batch, correction)
+
+    def _final_with(self, view, args, kwargs, params, batch, correction):
         ell = super().final(view, args, kwargs, params, batch)
-        c = self.correction(view, args, kwargs, params, batch)
-        return ell if c is None else lambda z: ell(z) + c(z)
+        return ell if correction is None else lambda z: ell(z) + correction(z)
 
     def anchor(self, view, args, kwargs, params, rng_key, batch=None):
         """The mini-batch estimate of the full-data log joint with its control variate, on
@@ -240,7 +295,7 @@ class Surrogate(_MiniBatchTarget):
             }
         return self.final(view, args, kwargs, params, batch)
 
-    def setup(self, view, prototype_trace, args, kwargs, prefix):
+    def _set_up(self, view, prototype_trace, args, kwargs, prefix):
         self._params = {}
         #: the parameter sites of the control variate's linearisation ``(ẑ, ℓ(ẑ), ∇ℓ(ẑ))``
         self.control_variate_names = tuple(
@@ -250,7 +305,7 @@ class Surrogate(_MiniBatchTarget):
             self.plates = data_plates(prototype_trace)
             self._setup_model(view, prototype_trace)
             return
-        super().setup(view, prototype_trace, args, kwargs, prefix)
+        super()._set_up(view, prototype_trace, args, kwargs, prefix)
         if len(self.plates) > 1:
             raise ValueError(
                 f"The model subsamples plates {sorted(self.plates)}; the automatic surrogate "
@@ -333,6 +388,8 @@ class Surrogate(_MiniBatchTarget):
 class NaiveMiniBatch(_MiniBatchTarget):
     """NS-DAIS: the dynamics use the rescaled estimate ``(Nd / B) Σ_{n∈J} log p(y_n | z)``
     on a mini-batch ``J`` drawn fresh from the call's data on every run."""
+
+    dynamics_per_key = True
 
     def dynamics(self, view, args, kwargs, params, rng_key):
         keys = jax.random.split(rng_key, len(self.plates))

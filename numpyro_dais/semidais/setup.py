@@ -16,7 +16,7 @@ from numpyro.distributions import biject_to
 from numpyro.infer.autoguide import AutoNormal
 from numpyro.infer.initialization import init_to_median
 
-from numpyro_dais.annealed.setup import step_bounds
+from numpyro_dais.annealed.options import step_bounds
 from numpyro_dais.bridge.checks import check_processes
 from numpyro_dais.bridge.modelview import trace_without_sampling
 from numpyro_dais.runtime.reporting import warn

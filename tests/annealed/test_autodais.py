@@ -229,11 +229,11 @@ def test_transport_verdict_fails_on_non_finite_or_diverged_end_points():
     _init_params(guide, models.linear_gaussian, y)
     dim = 2
     good = dais0.TransportCheck(jnp.zeros(dim), jnp.zeros(dim), jnp.asarray(1.0))
-    assert transport_verdict(guide, good, 0.5, 2.0, warn=False).ok
+    assert transport_verdict(guide._subject(), good, 0.5, 2.0, warn=False).ok
     nan = good._replace(mean_shift=jnp.array([0.0, jnp.nan]))
-    assert not transport_verdict(guide, nan, 0.5, 2.0, warn=False).ok
+    assert not transport_verdict(guide._subject(), nan, 0.5, 2.0, warn=False).ok
     diverged = good._replace(finite_fraction=jnp.asarray(0.8))
-    report = transport_verdict(guide, diverged, 0.5, 2.0, warn=False)
+    report = transport_verdict(guide._subject(), diverged, 0.5, 2.0, warn=False)
     assert not report.ok
     assert "diverged from q0 for 20%" in report.message
 
@@ -247,14 +247,15 @@ def test_transport_verdict_of_the_chains():
     _init_params(guide, models.linear_gaussian, y)
     good = dais0.TransportCheck(jnp.zeros(2), jnp.zeros(2), jnp.asarray(1.0))
     chains = mala.RelaxationCheck(jnp.array([1.1, 3.0]), jnp.asarray(0.8), jnp.asarray(1.0))
-    report = transport_verdict(guide, good, 0.5, 2.0, False, chains)
+    report = transport_verdict(guide._subject(), good, 0.5, 2.0, False, chains)
     assert not report.ok and "q0 is narrower than the posterior at z[1]" in report.message
     assert "method='psis'" in report.message
     np.testing.assert_allclose(report.chain_std_ratio["z"], [1.1, 3.0])
-    report = transport_verdict(guide, good, 0.5, 2.0, False, chains, chain_std_ratio_tol=4.0)
+    subject = guide._subject()
+    report = transport_verdict(subject, good, 0.5, 2.0, False, chains, chain_std_ratio_tol=4.0)
     assert report.ok and "keep its spread (largest std ratio 3.00 at z[1])" in report.message
     stuck = chains._replace(acceptance=jnp.asarray(0.05))
-    report = transport_verdict(guide, good, 0.5, 2.0, False, stuck)
+    report = transport_verdict(guide._subject(), good, 0.5, 2.0, False, stuck)
     assert report.ok and "cannot judge its spread" in report.message
 
 

@@ -1,4 +1,4 @@
-"""Importance draws in fixed chunks (numpyro_dais/annealed/chunked.py): one program, same draws."""
+"""Importance draws in fixed chunks (numpyro_dais/annealed/queries.py): one program, same draws."""
 
 import jax
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 from numpyro.infer import SVI, Trace_ELBO
 
 from numpyro_dais import AutoDAIS
-from numpyro_dais.annealed import chunked, sampling
+from numpyro_dais.annealed import queries, sampling
 from numpyro_dais.runtime import compilation
 from tests import models
 
@@ -45,9 +45,9 @@ def test_every_draw_count_reuses_one_program():
 
 def test_applies_only_where_the_caller_chose_no_batch_or_mesh():
     key = jax.random.key(0)
-    assert chunked.applies(None, None, key, ())
-    assert not chunked.applies(8, None, key, ())
-    assert not chunked.applies(None, object(), key, ())
+    assert queries.applies(None, None, key, ())
+    assert not queries.applies(8, None, key, ())
+    assert not queries.applies(None, object(), key, ())
 
 
 def test_importance_draws_under_an_outer_jit_take_one_program():
@@ -76,7 +76,7 @@ def test_log_evidence_pools_the_importance_program():
     assert "_jit__log_evidence" not in guide.__dict__
     assert len(guide.__dict__["_jit_importance_chunk"].cache) == 1
     fitted = guide._params_from(params)
-    systems = chunked.importance(guide, key, fitted, params, (y,), {}, 3)
+    systems = guide._importance(key, fitted, params, (y,), {}, 3)
     expected = sampling.evidence_of(systems.log_weights.reshape(-1)[:10])
     for got, want in zip(ev, expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
