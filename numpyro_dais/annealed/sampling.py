@@ -129,28 +129,40 @@ def preconditioner_sites(prefix, affine) -> preconditioning.Affine | None:
     )
 
 
-def anneal_sites(prefix, D, K, step_bounds, momentum, gamma_init) -> dais.AnnealParams:
-    """The annealing parameters as sites: ``{prefix}_beta_increments``, ``_step_size``
+def anneal_param_sites(prefix, D, K, step_bounds, momentum, gamma_init, lead=()) -> tuple:
+    """The annealing parameters' sites, raw: ``(increments (*lead, K), step_sizes (*lead,
+    K), mass (*lead, D), gamma lead)`` from ``{prefix}_beta_increments``, ``_step_size``
     (capped at ``step_bounds[1]``) and, for a kernel with ``momentum``, ``_mass_matrix`` and
-    ``_gamma``."""
-    p = prefix
+    ``_gamma`` (else constants). ``lead``: one set per member (Semi-DAIS's per-member
+    parameters)."""
+    p, dtype = prefix, _float()
     increments = numpyro.param(
-        f"{p}_beta_increments", np.ones(K, _float()), constraint=constraints.positive
+        f"{p}_beta_increments", np.ones((*lead, K), dtype), constraint=constraints.positive
     )
     # before set-up (params given from outside) the bounds do not matter: substituted
     eta_init, eta_max = step_bounds or (0.01, 0.1)
     step_sizes = numpyro.param(
         f"{p}_step_size",
-        np.full(K, eta_init, _float()),
+        np.full((*lead, K), eta_init, dtype),
         constraint=constraints.interval(0.0, eta_max),
     )
-    if momentum:
-        mass = numpyro.param(
-            f"{p}_mass_matrix", np.ones(D, _float()), constraint=constraints.positive
-        )
-        gamma = numpyro.param(f"{p}_gamma", gamma_init, constraint=constraints.interval(0.0, 1.0))
-    else:  # the Langevin kernel has no momentum
-        mass, gamma = np.ones(D, _float()), np.zeros((), _float())
+    if not momentum:  # the Langevin kernel has no momentum
+        return increments, step_sizes, np.ones((*lead, D), dtype), np.zeros(lead, dtype)
+    mass = numpyro.param(
+        f"{p}_mass_matrix", np.ones((*lead, D), dtype), constraint=constraints.positive
+    )
+    gamma = numpyro.param(
+        f"{p}_gamma", np.full(lead, gamma_init, dtype), constraint=constraints.interval(0.0, 1.0)
+    )
+    return increments, step_sizes, mass, gamma
+
+
+def anneal_sites(prefix, D, K, step_bounds, momentum, gamma_init) -> dais.AnnealParams:
+    """The annealing parameters as sites (:func:`anneal_param_sites`), with the betas and
+    the normalised mass matrix derived from them."""
+    increments, step_sizes, mass, gamma = anneal_param_sites(
+        prefix, D, K, step_bounds, momentum, gamma_init
+    )
     betas, mass = _betas_and_mass(increments, mass)
     return dais.AnnealParams(betas, step_sizes, mass, gamma)
 

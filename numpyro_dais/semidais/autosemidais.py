@@ -25,7 +25,7 @@ from numpyro import handlers
 from numpyro.distributions import constraints
 from numpyro.infer.initialization import init_to_uniform
 
-from numpyro_dais.annealed import objective
+from numpyro_dais.annealed import objective, sampling
 from numpyro_dais.bridge import numpyro_private
 from numpyro_dais.bridge.checks import check_positive_float, check_positive_int, check_step_sizes
 from numpyro_dais.bridge.options import declare, parse
@@ -216,28 +216,12 @@ class AutoSemiDAIS(
 
     def _anneal_params(self, idx) -> dais.AnnealParams:
         """Per-member :class:`~numpyro_dais.engine.base.AnnealParams` (leading axis ``B``)."""
-        p, K, D, lay = self.prefix, self.K, self._layout.D, self._layout
+        lay = self._layout
         lead = () if self.use_global_dais_params else (lay.size,)
-        inc = numpyro.param(
-            f"{p}_beta_increments", jnp.ones(lead + (K,)), constraint=constraints.positive
-        )
-        step = numpyro.param(
-            f"{p}_step_size",
-            jnp.full(lead + (K,), self._step_bounds[0]),
-            constraint=constraints.interval(0.0, self._step_bounds[1]),
-        )
-        if self._kernel.momentum:
-            mass = numpyro.param(
-                f"{p}_mass_matrix", jnp.ones(lead + (D,)), constraint=constraints.positive
-            )
-            gamma = numpyro.param(
-                f"{p}_gamma",
-                jnp.full(lead, self.gamma_init),
-                constraint=constraints.interval(0.0, 1.0),
-            )
-        else:
-            mass, gamma = jnp.ones(lead + (D,)), jnp.zeros(lead)
-        params = (inc, step, mass, gamma)
+        params = sampling.anneal_param_sites(
+            self.prefix, lay.D, self.K, self._step_bounds, self._kernel.momentum,
+            self.gamma_init, lead,
+        )  # fmt: skip
         B = idx.shape[0]
         if self.use_global_dais_params:
             params = tuple(jnp.broadcast_to(a, (B,) + jnp.shape(a)) for a in params)
