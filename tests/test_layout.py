@@ -148,7 +148,6 @@ def test_numpyros_private_names_only_in_the_numpyro_module():
 TAKE_A_GUIDE = {
     "numpyro_dais.arviz": {"to_inference_data", "_one_chain"},
     "numpyro_dais.diagnostics": {"transition_params"},
-    "numpyro_dais.bridge.numpyro_private": {"init_latent", "unpack_latent"},
 }
 
 

@@ -97,7 +97,7 @@ class BindingGuide(ContinuousGuide):
         bind = functools.partial(target.bind, self._view)  # the view of this set-up
         return setup.Problem(
             type(self).__name__,
-            numpyro_private.init_latent(self),
+            self._init_point,
             bind,
             args,
             kwargs,
@@ -132,7 +132,7 @@ class BindingGuide(ContinuousGuide):
 
     def _guide_params(self):
         p, affine = self.prefix, self._affine_start
-        init = numpyro_private.init_latent(self)
+        init = self._init_point
         q0 = sampling.q0_sites(p, self.base_dist, init, self.init_scale, affine is not None)
         return q0, self._anneal_params(), sampling.preconditioner_sites(p, affine)
 

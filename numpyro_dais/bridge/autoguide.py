@@ -13,8 +13,6 @@ The guides flatten all latent sites into one unconstrained vector (like numpyro'
 * options are fixed at construction, and foreign or missing parameters are refused.
 """
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -120,7 +118,7 @@ class ContinuousGuide(GuideTemplate, CompiledPrograms, numpyro_private.AutoConti
         self._view = ModelView(
             type(self).__name__,
             model,
-            functools.partial(numpyro_private.unpack_latent, self),
+            self._unpack,
             transforms,
             hidden,
         )

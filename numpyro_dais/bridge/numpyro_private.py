@@ -2,8 +2,8 @@
 
 Each function says why it is needed and what breaks if NumPyro changes it; nothing else in
 the package touches a private NumPyro name. ``AutoContinuous`` internals (``_init_latent``,
-``_unpack_latent``) are reached through :func:`init_latent` and :func:`unpack_latent`, and its
-protected hooks are handed to ours by :class:`AutoContinuousBridge`.
+``_unpack_latent``) and its protected hooks are handed to ours by
+:class:`AutoContinuousBridge`.
 """
 
 import contextlib
@@ -67,9 +67,22 @@ class AutoContinuousBridge(SetUpHooks, AutoContinuous):
       ``_fixed_posterior``;
     * ``__call__`` emits the sites of the flat latent with ``_emit_sites(latent, args,
       kwargs)`` (numpyro's loop, which maps each site on its own, cannot run a site
-      non-centred).
+      non-centred);
+    * ``_init_latent`` and ``_unpack_latent`` are ``_init_point`` and ``_unpack``.
 
     Renamed upstream: the guides are no longer set up or trained, and every test fails."""
+
+    @property
+    def _init_point(self) -> jax.Array:
+        """The flat unconstrained initial point ``(D,)`` that
+        ``AutoContinuous._setup_prototype`` builds from ``init_loc_fn``."""
+        return self._init_latent
+
+    def _unpack(self, z: jax.Array) -> dict:
+        """Flat unconstrained ``z (..., D)`` to ``{site: unconstrained value}`` with
+        ``AutoContinuous._unpack_latent`` (batch dimensions allowed): the one map between the
+        engine's vectors and the model's sites."""
+        return self._unpack_latent(z)
 
     def _sample_latent(self, *args, **kwargs):
         return self._latent_sample(*args, **kwargs)
@@ -117,20 +130,6 @@ def unblocked(model):
     while isinstance(model, handlers.block):
         model = model.fn
     return model
-
-
-def init_latent(guide) -> jax.Array:
-    """The flat unconstrained initial point ``(D,)`` that ``AutoContinuous._setup_prototype``
-    builds from ``init_loc_fn``. Renamed or removed upstream: ``q0``'s initial mean and the
-    curvature at set-up fail with an ``AttributeError``."""
-    return guide._init_latent
-
-
-def unpack_latent(guide, z: jax.Array) -> dict:
-    """Flat unconstrained ``z (..., D)`` to ``{site: unconstrained value}`` with
-    ``AutoContinuous._unpack_latent`` (batch dimensions allowed). It is the one map between
-    the engine's vectors and the model's sites; if it changes, every guide breaks at set-up."""
-    return guide._unpack_latent(z)
 
 
 def in_loss() -> bool:

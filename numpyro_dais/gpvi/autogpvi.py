@@ -222,7 +222,7 @@ class AutoGPVI(ContinuousGuide):
         key = jax.random.PRNGKey(0) if key is None else key
         key_gen, key_help = jax.random.split(key)
         self._init_generator = networks.generator_init(
-            key_gen, k, D, self.hidden_dims, numpyro_private.init_latent(self), self.init_scale
+            key_gen, k, D, self.hidden_dims, self._init_point, self.init_scale
         )
         self._init_helper = (
             networks.helper_init(key_help, k, D, self.helper_hidden, self.helper_layers)
