@@ -2,8 +2,9 @@
 from a guide, and every use of NumPyro's private API.
 
 * :mod:`~numpyro_dais.bridge.autoguide` — ``ContinuousGuide``, the base of every flat guide;
-* :mod:`~numpyro_dais.bridge.template` — ``GuideTemplate``: the training call and
-  ``sample_posterior``'s skeleton, whose hooks the guides fill in;
+* :mod:`~numpyro_dais.bridge.template` — ``DrawTemplate``, every guide's
+  ``sample_posterior`` skeleton, and ``GuideTemplate``, a flat guide's training call, whose
+  hooks the guides fill in;
 * :mod:`~numpyro_dais.bridge.modelview` — the model's log joint in the flat unconstrained
   space, and its plates;
 * :mod:`~numpyro_dais.bridge.numpyro_private` — NumPyro's private names, each use with its why

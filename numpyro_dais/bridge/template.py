@@ -1,10 +1,11 @@
-"""The template every flat guide fills in: the training call and ``sample_posterior``'s
-skeleton.
+"""The template every guide fills in: ``sample_posterior``'s skeleton and, for a flat
+guide, the training call.
 
-:class:`GuideTemplate` (a base of :class:`~numpyro_dais.bridge.autoguide.ContinuousGuide`) owns the
-protocol of a guide call under NumPyro (a ``Predictive`` draw, ``svi.init``, the loss term
-and its factor site) and the checks and shaping of posterior draws; ``AnnealedGuide`` and
-``AutoGPVI`` fill in its hooks.
+:class:`DrawTemplate` owns the checks and shaping of posterior draws (every guide's, Semi-DAIS's
+too); :class:`GuideTemplate` (a base of
+:class:`~numpyro_dais.bridge.autoguide.ContinuousGuide`) adds the protocol of a flat guide's
+call under NumPyro (a ``Predictive`` draw, ``svi.init``, the loss term and its factor site),
+whose hooks ``AnnealedGuide`` and ``AutoGPVI`` fill in.
 """
 
 import math
@@ -28,10 +29,31 @@ class DrawPlan(NamedTuple):
     mesh: object
 
 
-class GuideTemplate:
-    """The training call (:meth:`_latent_sample`, with the hooks ``_read_params``,
-    ``_posterior_draw``, ``_in_loss``, ``_init_draw``, ``_loss_term``) and the skeleton of
-    ``sample_posterior`` (:meth:`_draw_plan`, :meth:`_finish_draws`)."""
+class DrawTemplate:
+    """The skeleton of every guide's ``sample_posterior``: :meth:`_draw_plan` (the checked
+    shape, count, batch size and mesh) first, :meth:`_shape_draws` last."""
+
+    def _draw_plan(self, sample_shape, batch_size, mesh) -> "DrawPlan":
+        """The checked shape, count, batch size and mesh of a ``sample_posterior`` call: the
+        first half of every guide's ``sample_posterior`` (the second: :meth:`_shape_draws`,
+        within a flat guide's :meth:`GuideTemplate._finish_draws`)."""
+        sample_shape = check_sample_shape(sample_shape)
+        batch_size = check_batch_size(batch_size)
+        num_draws = int(math.prod(sample_shape)) if sample_shape else 1
+        mesh = check_mesh(type(self).__name__, mesh, num_draws, batch_size, "draws")
+        return DrawPlan(sample_shape, num_draws, batch_size, mesh)
+
+    @staticmethod
+    def _shape_draws(draws, plan: "DrawPlan"):
+        """Draws ``(S, ...)`` shaped ``plan.sample_shape + event shape``."""
+        shape = plan.sample_shape
+        return jax.tree.map(lambda x: jnp.reshape(x, shape + x.shape[1:]), draws)
+
+
+class GuideTemplate(DrawTemplate):
+    """The training call of a flat guide (:meth:`_latent_sample`, with the hooks
+    ``_read_params``, ``_posterior_draw``, ``_in_loss``, ``_init_draw``, ``_loss_term``) and
+    its draws constrained and shaped (:meth:`_finish_draws`)."""
 
     #: the name of the factor site that carries the guide's log weight in a loss
     _weight_site = "log_weight"
@@ -77,24 +99,9 @@ class GuideTemplate:
         """``(z, log_weight)``: the particle handed to the model and the guide's factor."""
         raise NotImplementedError
 
-    def _draw_plan(self, sample_shape, batch_size, mesh) -> "DrawPlan":
-        """The checked shape, count, batch size and mesh of a ``sample_posterior`` call: the
-        first half of every guide's ``sample_posterior`` (the second: :meth:`_finish_draws`)."""
-        sample_shape = check_sample_shape(sample_shape)
-        batch_size = check_batch_size(batch_size)
-        num_draws = int(math.prod(sample_shape)) if sample_shape else 1
-        mesh = check_mesh(type(self).__name__, mesh, num_draws, batch_size, "draws")
-        return DrawPlan(sample_shape, num_draws, batch_size, mesh)
-
     def _finish_draws(self, latents, params, args, kwargs, plan: "DrawPlan"):
         """Flat draws ``(S, D)`` constrained (deterministic sites included) and shaped
         ``plan.sample_shape + event shape``."""
         return self._shape_draws(
             self._constrain(latents, params, args, kwargs, plan.batch_size), plan
         )
-
-    @staticmethod
-    def _shape_draws(draws, plan: "DrawPlan"):
-        """Draws ``(S, ...)`` shaped ``plan.sample_shape + event shape``."""
-        shape = plan.sample_shape
-        return jax.tree.map(lambda x: jnp.reshape(x, shape + x.shape[1:]), draws)

@@ -29,6 +29,7 @@ from numpyro_dais.annealed import objective, sampling
 from numpyro_dais.bridge import numpyro_private
 from numpyro_dais.bridge.checks import check_positive_float, check_positive_int, check_step_sizes
 from numpyro_dais.bridge.options import declare, parse
+from numpyro_dais.bridge.template import DrawTemplate
 from numpyro_dais.engine.annealing import dais, gaussian, transitions, weights
 from numpyro_dais.engine.annealing.path import betas_from_increments
 from numpyro_dais.runtime.reporting import report_diverged
@@ -62,7 +63,7 @@ class SemiDAISOptions(NamedTuple):
 
 @declare
 class AutoSemiDAIS(
-    SemiDAISSetUp, SemiDAISQueries, CompiledPrograms, numpyro_private.AutoGuideBridge
+    SemiDAISSetUp, SemiDAISQueries, DrawTemplate, CompiledPrograms, numpyro_private.AutoGuideBridge
 ):
     """Semi-DAIS guide: ``global_guide`` for the global latents, a DAIS chain of ``K``
     transitions (our engine's, vmapped over the plate's members) for each member's local

@@ -14,7 +14,6 @@ import contextlib
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import numpyro
 from numpyro import handlers
 from numpyro.infer import Trace_ELBO
@@ -46,11 +45,11 @@ class SemiDAISQueries:
         with handlers.seed(rng_seed=plate_key), sites.substituted_plates():
             with numpyro.plate(lay.plate, lay.size, subsample_size=lay.batch, dim=lay.dim) as idx:
                 pass  # the members: substituted outside, else a batch drawn once for all draws
-        shape = tuple(sample_shape)
-        keys = jax.random.split(rng_key, int(np.prod(shape)) if shape else 1)
+        plan = self._draw_plan(sample_shape, None, None)
+        keys = jax.random.split(rng_key, plan.num_draws)
         with numpyro_private.isolated():
             draws = self._compiled(self._draws).run_for(self.K, keys, params, idx, args, kwargs)
-        return jax.tree.map(lambda x: jnp.reshape(x, shape + jnp.shape(x)[1:]), draws)
+        return self._shape_draws(draws, plan)
 
     def _draws(self, keys, params, idx, args, kwargs):
         """The latent sites of one guide run per key, for the members ``idx``: one compiled
