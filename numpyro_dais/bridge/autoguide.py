@@ -27,7 +27,6 @@ from numpyro.infer.util import helpful_support_errors
 from numpyro_dais.bridge import numpyro_private
 from numpyro_dais.bridge.checks import (
     check_full_data,
-    check_processes,
 )
 from numpyro_dais.bridge.modelview import (
     ModelView,
@@ -98,7 +97,6 @@ class ContinuousGuide(GuideTemplate, CompiledPrograms, numpyro_private.AutoConti
     def _after_setup(self, args, kwargs):
         """Once numpyro has traced the model: the :class:`ModelView`, the set-up data, the
         model's own parameters and its plates."""
-        check_processes(type(self).__name__)
         model = numpyro_private.unblocked(self.model)
         transforms = {}
         for name, site in self.prototype_trace.items():

@@ -19,6 +19,7 @@ from numpyro.infer.autoguide import AutoContinuous, AutoGuide
 from numpyro.primitives import _PYRO_STACK, Messenger, _subsample_fn
 from numpyro.util import is_prng_key
 
+from numpyro_dais.bridge.checks import check_processes
 from numpyro_dais.engine.annealing import minibatch
 from numpyro_dais.runtime.vectorise import jit_by_leaves
 
@@ -28,11 +29,10 @@ class SetUpHooks:
     the initial point) handed to hooks of ours: ``_check_model(args, kwargs)`` runs before
     it and ``_after_setup(args, kwargs)`` after; ``_set_up_once(args, kwargs)`` runs it on a
     guide's first call; ``init_locs`` is numpyro's ``_init_locs`` (each latent site's
-    unconstrained initial value).
-
-    Renamed upstream: the guides are no longer set up, and every test fails."""
+    unconstrained initial value). Renamed upstream: the guides are no longer set up."""
 
     def _setup_prototype(self, *args, **kwargs):
+        check_processes(type(self).__name__)
         self._check_model(args, kwargs)
         with compiled_initialization():
             super()._setup_prototype(*args, **kwargs)

@@ -17,7 +17,6 @@ from numpyro.infer.autoguide import AutoNormal
 from numpyro.infer.initialization import init_to_median
 
 from numpyro_dais.annealed.options import step_bounds
-from numpyro_dais.bridge.checks import check_processes
 from numpyro_dais.bridge.modelview import trace_without_sampling
 from numpyro_dais.runtime.reporting import warn
 from numpyro_dais.runtime.vectorise import jit_short_run
@@ -80,7 +79,6 @@ class SemiDAISSetUp:
 
     def _after_setup(self, args, kwargs):
         name, trace = type(self).__name__, self.prototype_trace
-        check_processes(name)
         plate = sites.local_plate(name, trace, self.subsample_plate)
         self._layout = sites.layout(name, trace, self.init_locs, plate)
         local = {s.name for s in self._layout.sites}

@@ -106,3 +106,11 @@ def test_where_xla_flags_choose_the_options_the_program_is_plain_jit(monkeypatch
         program.run_for(1, x, {"rate": 0.1, "steps": 2}), _descent(x, {"rate": 0.1, "steps": 2})
     )
     assert not program.programs and len(program.cache) == 1
+
+
+def test_several_processes_compile_every_program_the_same_way(monkeypatch):
+    # each process choosing its level (or a background upgrade) by its own clock could run
+    # a different executable than the others at the same call, and their collectives pair up
+    assert compilation.on_cpu([jnp.zeros(2)]) == (jax.default_backend() == "cpu")
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    assert not compilation.on_cpu([jnp.zeros(2)])
