@@ -544,6 +544,7 @@ def parse(argv):
     parser.add_argument(
         "--merge", action="store_true", help="keep the other (case, method) rows of the results"
     )
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per method and case")
     parser.add_argument("--child", nargs=4, default=None)
     args = parser.parse_args(argv)
     args.mode = "smoke" if args.smoke else "quick" if args.quick else "full"
@@ -589,7 +590,7 @@ def main(argv=None):
                 if args.mode == "smoke":
                     row = run_one(c, m, cfg, args.seed)
                 else:
-                    row = run_in_child(c, m, args.mode, args.seed, cfg["timeout"])
+                    row = run_in_child(c, m, args.mode, args.seed, args.timeout or cfg["timeout"])
             rows.append(row)
             with partial.open("a") as f:
                 f.write(json.dumps(row) + "\n")
