@@ -23,12 +23,19 @@ def _xla_flags():
       split into parts that threads compile in parallel; splitting costs CPU time that 2
       cores, both busy with a test each, cannot recover (compiles took 20% less CPU time).
 
+    * ``--xla_cpu_experimental_ynn_fusion_type=``: no YNNPACK library fusions, as the
+      guides compile their own programs (``numpyro_dais.runtime.compilation.CPU_OPTIONS``);
+      the fast tier took the same time with it.
+
     None of them changes a result beyond float32 round-off. A jaxlib that does not know a
     flag aborts on it, so the last two are added only where a child Python with them starts
     a backend.
     """
     base = "--xla_backend_optimization_level=0"
-    extra = "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1"
+    extra = (
+        "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1"
+        " --xla_cpu_experimental_ynn_fusion_type="
+    )
     probe = subprocess.run(
         [sys.executable, "-c", "import jax; jax.numpy.zeros(()).block_until_ready()"],
         env=dict(os.environ, XLA_FLAGS=f"{base} {extra}", JAX_PLATFORMS="cpu"),

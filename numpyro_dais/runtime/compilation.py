@@ -31,6 +31,12 @@ LEVELS = tuple(
     for level in (0, 1)
 )
 
+#: XLA:CPU options for every program compiled here, at every level: no YNNPACK library
+#: fusions. The queries' programs are many small elementwise passes and reductions over the
+#: particles' or the members' axis, which XLA's own loops ran up to twice as fast
+#: (``docs/topics/compilation.md``).
+CPU_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
 #: Floating-point operations (XLA's count) that a program may run in all, over the runs the
 #: caller expects, and still compile at each of :data:`LEVELS`: as long as the slower code
 #: costs less time than the optimised compilation would (``docs/topics/compilation.md``).
@@ -63,21 +69,24 @@ def on_cpu(leaves) -> bool:
 def options_at(level: int | None) -> dict:
     """The options of ``LEVELS[level]`` less those that ``XLA_FLAGS`` sets (the user's
     choice stands); none for ``None``."""
-    if level is None:
-        return {}
+    return _unset({} if level is None else LEVELS[level])
+
+
+def _unset(options: dict) -> dict:
     flags = os.environ.get("XLA_FLAGS", "")
-    return {k: v for k, v in LEVELS[level].items() if f"--{k}=" not in flags}
+    return {k: v for k, v in options.items() if f"--{k}=" not in flags}
 
 
 def compile_at(lowered, level: int | None):
-    """``lowered.compile()`` with :func:`options_at` ``level`` (XLA's defaults where it
-    refuses them: an option this jaxlib does not know)."""
-    options = options_at(level)
-    if options:
-        try:
-            return lowered.compile(compiler_options=options)
-        except Exception:
-            pass
+    """``lowered.compile()`` with :data:`CPU_OPTIONS` and :func:`options_at` ``level``
+    (without the former, then XLA's defaults, where this jaxlib refuses an option)."""
+    level_options = options_at(level)
+    for options in ({**_unset(CPU_OPTIONS), **level_options}, level_options):
+        if options:
+            try:
+                return lowered.compile(compiler_options=options)
+            except Exception:
+                pass
     return lowered.compile()
 
 

@@ -1,6 +1,10 @@
 """``numpyro_dais.runtime.compilation``: programs compiled at XLA:CPU's cheaper levels where their
 run is short, with the values of XLA's optimised code."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -114,3 +118,27 @@ def test_several_processes_compile_every_program_the_same_way(monkeypatch):
     assert compilation.on_cpu([jnp.zeros(2)]) == (jax.default_backend() == "cpu")
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     assert not compilation.on_cpu([jnp.zeros(2)])
+
+
+_YNN_CHILD = """
+import jax, jax.numpy as jnp, numpy as np
+from numpyro_dais.runtime import compilation
+f = lambda x, y: jnp.sum(jnp.sin(x)[:, :, None] * y[None], axis=-1)
+x, y = jnp.ones((4, 10_000)), jnp.ones((10_000, 5))  # a size XLA gives YNNPACK
+lowered = jax.jit(f).lower(x, y)
+assert "__ynn_fusion" in lowered.compile().as_text()  # XLA's default here
+for level in (0, 1, None):
+    assert "__ynn_fusion" not in compilation.compile_at(lowered, level).as_text(), level
+compilation.CPU_OPTIONS = {"xla_not_an_option": ""}
+np.testing.assert_allclose(compilation.compile_at(lowered, 0)(x, y), f(x, y), rtol=1e-6)
+"""
+
+
+@cpu_only
+def test_programs_compile_without_ynnpack_fusions_at_every_level():
+    """:data:`~numpyro_dais.runtime.compilation.CPU_OPTIONS` at every level; an option this
+    jaxlib refuses is dropped, and the level's options stay. In a child with XLA's default
+    flags (the suite's own turn the fusions off for the whole process)."""
+    env = dict(os.environ, XLA_FLAGS="", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", _YNN_CHILD], env=env, capture_output=True)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
