@@ -22,27 +22,34 @@ def _xla_flags():
     * ``--xla_cpu_parallel_codegen_split_count=1``: one LLVM module per program, not one
       split into parts that threads compile in parallel; splitting costs CPU time that 2
       cores, both busy with a test each, cannot recover (compiles took 20% less CPU time).
-
     * ``--xla_cpu_experimental_ynn_fusion_type=``: no YNNPACK library fusions, as the
       guides compile their own programs (``numpyro_dais.runtime.compilation.CPU_OPTIONS``);
       the fast tier took the same time with it.
 
     None of them changes a result beyond float32 round-off. A jaxlib that does not know a
-    flag aborts on it, so the last two are added only where a child Python with them starts
-    a backend.
+    flag aborts on it (jaxlib 0.12 no longer knows the fusion emitters' flag), so the last
+    three are added only where a child Python with them starts a backend: all at once, else
+    each alone.
     """
     base = "--xla_backend_optimization_level=0"
-    extra = (
-        "--xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1"
-        " --xla_cpu_experimental_ynn_fusion_type="
-    )
-    probe = subprocess.run(
-        [sys.executable, "-c", "import jax; jax.numpy.zeros(()).block_until_ready()"],
-        env=dict(os.environ, XLA_FLAGS=f"{base} {extra}", JAX_PLATFORMS="cpu"),
-        capture_output=True,
-        timeout=120,
-    )
-    return f"{base} {extra}" if probe.returncode == 0 else base
+    extra = [
+        "--xla_cpu_use_fusion_emitters=false",
+        "--xla_cpu_parallel_codegen_split_count=1",
+        "--xla_cpu_experimental_ynn_fusion_type=",
+    ]
+
+    def starts(flags):
+        probe = subprocess.run(
+            [sys.executable, "-c", "import jax; jax.numpy.zeros(()).block_until_ready()"],
+            env=dict(os.environ, XLA_FLAGS=" ".join([base, *flags]), JAX_PLATFORMS="cpu"),
+            capture_output=True,
+            timeout=120,
+        )
+        return probe.returncode == 0
+
+    if not starts(extra):
+        extra = [flag for flag in extra if starts([flag])]
+    return " ".join([base, *extra])
 
 
 # Read when JAX starts its backend, so it must be set before the first computation. Set once,

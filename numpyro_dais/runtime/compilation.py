@@ -78,16 +78,25 @@ def _unset(options: dict) -> dict:
 
 
 def compile_at(lowered, level: int | None):
-    """``lowered.compile()`` with :data:`CPU_OPTIONS` and :func:`options_at` ``level``
-    (without the former, then XLA's defaults, where this jaxlib refuses an option)."""
-    level_options = options_at(level)
-    for options in ({**_unset(CPU_OPTIONS), **level_options}, level_options):
-        if options:
-            try:
-                return lowered.compile(compiler_options=options)
-            except Exception:
-                pass
+    """``lowered.compile()`` with :data:`CPU_OPTIONS` and :func:`options_at` ``level``, less
+    each option this jaxlib refuses (an option XLA has since removed), which is remembered
+    and not passed again."""
+    options = {**_unset(CPU_OPTIONS), **options_at(level)}
+    options = {k: v for k, v in options.items() if k not in _REFUSED}
+    while options:
+        try:
+            return lowered.compile(compiler_options=options)
+        except Exception as exc:
+            refused = [k for k in options if k in str(exc)]
+            if not refused:
+                break
+            _REFUSED.update(refused)
+            options = {k: v for k, v in options.items() if k not in _REFUSED}
     return lowered.compile()
+
+
+#: Options this process's jaxlib refused (see :func:`compile_at`).
+_REFUSED: set = set()
 
 
 def input_types(leaves) -> tuple:
