@@ -46,6 +46,9 @@ class Case(NamedTuple):
     semi: object = None
     """``batch -> (model, local_model, global_model)`` for AutoSemiDAIS (data bound: the
     models take no arguments)"""
+    sites: tuple | None = None
+    """the latent sites in the order of ``mean`` and ``sd``, where not the model's own (a
+    model written another way: ``benchmarks._model_forms``)"""
 
 
 # -- logistic regression ------------------------------------------------------------------------
@@ -129,9 +132,7 @@ def _cached_reference(name, compute):
 def logistic(rows, batch=1000, seed=0):
     """:class:`Case` of a ``D = 20`` logistic regression with ``rows`` rows."""
     X, y = logistic_data(rows, seed=seed)
-    mean, sd = _cached_reference(
-        f"logistic_{rows}_{seed}", lambda: logistic_reference(X, y)[:2]
-    )
+    mean, sd = _cached_reference(f"logistic_{rows}_{seed}", lambda: logistic_reference(X, y)[:2])
     args = (jnp.asarray(X, jnp.float32), jnp.asarray(y, jnp.float32))
 
     def subsampled(b):

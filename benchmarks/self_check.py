@@ -74,7 +74,7 @@ def fit(case_name, setting, seed, max_steps, window):
     case = tta.load_case(case_name)
     guide = numpyro_dais.AutoDAIS(case.model, **SETTINGS_OF_GUIDE[setting])
     svi = SVI(case.model, guide, optax.adam(tta.LR), Trace_ELBO())
-    sites = tta.latent_sites(case.model, case.args, case.kwargs)
+    sites = case.sites or tta.latent_sites(case.model, case.args, case.kwargs)
     row = dict(case=case_name, setting=setting, seed=seed, error="")
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:

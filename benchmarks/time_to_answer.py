@@ -45,6 +45,7 @@ import numpyro_dais
 from benchmarks import _real_models, _scale_models
 from benchmarks._common import RESULTS_DIR, Stopwatch, markdown_table, output_name, write_results
 from benchmarks._model_families import MODELS as FAMILY_MODELS
+from benchmarks._model_forms import FORMS
 from benchmarks._scale_models import Case
 
 NAME = "time_to_answer"
@@ -189,7 +190,18 @@ def case_names():
     )
 
 
+def _form_case(name):
+    """A model of ``_model_forms`` with its base model's data, reference and site order."""
+    base_name, model = FORMS[name]
+    base = load_case(base_name)
+    sites = tuple(latent_sites(base.model, base.args, base.kwargs))
+    description = f"{base.description}; written {name.split(':')[1].replace('_', ' ')}"
+    return base._replace(name=name, model=model, description=description, sites=sites)
+
+
 def load_case(name):
+    if name in FORMS:
+        return _form_case(name)
     if name in _real_models.NAMES:
         return _real_case(name)
     if name in FAMILY_MODELS:
@@ -350,7 +362,7 @@ def run_one(case_name, method, cfg, seed=0):
     answer ``{label, seconds, mean_err, log_sd_err, right, steps}``."""
     case = load_case(case_name)
     jnp.zeros(()).block_until_ready()  # the backend's start, outside the timings
-    sites = latent_sites(case.model, case.args, case.kwargs)
+    sites = case.sites or latent_sites(case.model, case.args, case.kwargs)
     if method == "ours Semi-DAIS":
         sites = ["mu", "tau", "theta"]
     row = {"case": case_name, "method": method, "answers": [], "error": ""}

@@ -230,8 +230,7 @@ class ContinuousGuide(GuideTemplate, CompiledPrograms, numpyro_private.AutoConti
         ``Predictive(...)(key, X_new)`` with ``y=None``)."""
         if not self._observed_sites:
             return
-        with numpyro.validation_enabled(False):  # only which sites are observed matters
-            trace = trace_without_sampling(self._view.model, args, kwargs)
+        trace = trace_without_sampling(self._view.model, args, kwargs)
         lost = [k for k in self._observed_sites if k in trace and not trace[k].get("is_observed")]
         if lost:
             raise ValueError(

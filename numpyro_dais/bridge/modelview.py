@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 from numpyro import handlers
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import log_density
@@ -127,10 +128,12 @@ def partial_plates(trace) -> dict:
 def trace_without_sampling(model, args, kwargs, rng_seed=0, init_fn=init_to_uniform):
     """A trace of ``model`` whose latent sites take values from ``init_fn`` (numpyro's
     ``init_to_uniform`` by default, or e.g. ``init_to_median``) instead of being sampled, so
-    improper priors (``dist.ImproperUniform``) need no sampler."""
+    improper priors (``dist.ImproperUniform``) need no sampler. The distributions' arguments
+    are not validated: the trace is for the model's structure, and an initial value where
+    they are invalid (a kernel matrix float32 cannot factorise) is no error of the model."""
     # seed inside substitute: the seed handler must give each site its key first
     seeded = handlers.substitute(handlers.seed(model, rng_seed=rng_seed), substitute_fn=init_fn)
-    with handlers.block():
+    with handlers.block(), numpyro.validation_enabled(False):
         return handlers.trace(seeded).get_trace(*args, **kwargs)
 
 

@@ -35,7 +35,21 @@ class SetUpHooks:
         check_processes(type(self).__name__)
         self._check_model(args, kwargs)
         with compiled_initialization():
-            super()._setup_prototype(*args, **kwargs)
+            try:
+                super()._setup_prototype(*args, **kwargs)
+            except ValueError as invalid:
+                # numpyro traces the model once at a draw from the prior, its distributions'
+                # arguments validated: one invalid draw (a kernel matrix that float32 cannot
+                # factorise at an extreme length scale) is no reason to stop, since the
+                # initial point is searched for afterwards. Where no valid one is found, the
+                # validation's own error stands.
+                if "distribution got invalid" not in str(invalid):
+                    raise
+                try:
+                    with numpyro.validation_enabled(False):
+                        super()._setup_prototype(*args, **kwargs)
+                except Exception:
+                    raise invalid from None
         self._after_setup(args, kwargs)
 
     def _check_model(self, args, kwargs):
