@@ -230,7 +230,9 @@ def test_row_sharded_data_is_never_gathered(mesh, guide_cls, model):
     """Observations split by rows over 4 devices: the compiled training loss holds only
     row shards (1024 rows), no array of all 4096 rows and no all-gather, so the log
     likelihood's sum is a cross-device reduction inside XLA; value and gradients equal the
-    one-device run's (float32 sums over 4096 rows in another order: rtol 1e-4)."""
+    one-device run's (float32 sums over 4096 rows in another order: rtol 1e-4, and an
+    absolute 1e-4 of the largest gradient, for a parameter whose gradient is a sum that
+    cancels to a small value)."""
     (X, y), (Xs, ys) = _row_sharded_data(mesh)
     extra = dict(num_surrogate=32) if guide_cls is AutoSurrogateLikelihoodDAIS else {}
     with warnings.catch_warnings():
@@ -249,10 +251,9 @@ def test_row_sharded_data_is_never_gathered(mesh, guide_cls, model):
     assert f"f32[{ROWS}" not in hlo and "all-gather" not in hlo
     (v1, g1), (v2, g2) = loss(params, X, y), loss(params, Xs, ys)
     np.testing.assert_allclose(v2, v1, rtol=1e-4)
+    scale = max(float(jnp.max(abs(g))) for g in g1.values())
     for name in g1:
-        np.testing.assert_allclose(
-            g2[name], g1[name], rtol=1e-4, atol=1e-4 * jnp.max(abs(g1[name]))
-        )
+        np.testing.assert_allclose(g2[name], g1[name], rtol=1e-4, atol=1e-4 * scale)
     state, value = jax.jit(svi.update)(state, Xs, ys)
     assert np.isfinite(value)
 

@@ -6,6 +6,7 @@ import sys
 
 import jax
 import numpy as np
+import numpyro
 
 from numpyro_dais.engine.validation import SubsamplingNotSupportedError, check_choice
 
@@ -150,3 +151,22 @@ def check_gpvi_objective(guide_name, elbo):
         f"SVI(model, guide, optim, Trace_ELBO()); more particles: {guide_name}(..., "
         "num_particles=N)."
     )
+
+
+def despite_an_invalid_draw(setup):
+    """``setup()``, numpyro's set-up of a guide, run once more without validation where
+    validation stopped it. numpyro traces the model at an initial or prior draw with its
+    distributions' arguments validated: one invalid draw (a kernel matrix that float32
+    cannot factorise at an extreme length scale) is no reason to stop, since the initial
+    point is searched for afterwards. Where the second run fails too (no valid point), the
+    validation's own error stands."""
+    try:
+        return setup()
+    except ValueError as invalid:
+        if "distribution got invalid" not in str(invalid):
+            raise
+        try:
+            with numpyro.validation_enabled(False):
+                return setup()
+        except Exception:
+            raise invalid from None

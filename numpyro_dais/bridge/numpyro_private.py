@@ -7,6 +7,7 @@ the package touches a private NumPyro name. ``AutoContinuous`` internals (``_ini
 """
 
 import contextlib
+import functools
 import inspect
 
 import jax
@@ -19,7 +20,7 @@ from numpyro.infer.autoguide import AutoContinuous, AutoGuide
 from numpyro.primitives import _PYRO_STACK, Messenger, _subsample_fn
 from numpyro.util import is_prng_key
 
-from numpyro_dais.bridge.checks import check_processes
+from numpyro_dais.bridge.checks import check_processes, despite_an_invalid_draw
 from numpyro_dais.engine.annealing import minibatch
 from numpyro_dais.runtime.vectorise import jit_by_leaves
 
@@ -35,21 +36,7 @@ class SetUpHooks:
         check_processes(type(self).__name__)
         self._check_model(args, kwargs)
         with compiled_initialization():
-            try:
-                super()._setup_prototype(*args, **kwargs)
-            except ValueError as invalid:
-                # numpyro traces the model once at a draw from the prior, its distributions'
-                # arguments validated: one invalid draw (a kernel matrix that float32 cannot
-                # factorise at an extreme length scale) is no reason to stop, since the
-                # initial point is searched for afterwards. Where no valid one is found, the
-                # validation's own error stands.
-                if "distribution got invalid" not in str(invalid):
-                    raise
-                try:
-                    with numpyro.validation_enabled(False):
-                        super()._setup_prototype(*args, **kwargs)
-                except Exception:
-                    raise invalid from None
+            despite_an_invalid_draw(functools.partial(super()._setup_prototype, *args, **kwargs))
         self._after_setup(args, kwargs)
 
     def _check_model(self, args, kwargs):
