@@ -214,9 +214,12 @@ def transport_verdict(
             if subject.sym_kl_weight
             else "train with `sym_kl_weight=1` (the default for posterior_method='q0')"
         )
+        disagrees = (
+            f"q0 disagrees with the annealed end points ({summary}; tolerances "
+            f"{mean_tol:g} sds and a ratio of {std_ratio_tol:g})"
+        )
         message = (
-            f"{name}: q0 disagrees with the annealed end points ({summary}; tolerances "
-            f"{mean_tol:g} sds and a ratio of {std_ratio_tol:g}). The transitions carry "
+            f"{name}: {disagrees}. The transitions carry "
             "particles to the posterior instead of refining q0, so q0 draws (DAIS₀, median, "
             f"quantiles) are not a faithful posterior. Fix: {fix}; or use "
             "sample_posterior(..., method='importance'), whose draws are the end points "
@@ -234,8 +237,14 @@ def transport_verdict(
                 " Only the spread disagrees: for a strongly correlated posterior use "
                 "base_dist='cholesky'."
             )
-    if not chains_ok:
-        message = chains_message if end_points_ok else f"{message} Also: {chains_message}"
+    if not chains_ok and end_points_ok:
+        message = chains_message
+    elif not chains_ok and finite < MIN_FINITE:  # the divergences first
+        message = f"{message} Also: {chains_message}"
+    elif not chains_ok:
+        # lead with the spread, whose fix (psis) serves both checks: the importance draws,
+        # the end points' own fix, share q0's spread there
+        message = f"{chains_message} Also, {disagrees}."
     if warn and not ok:
         reporting.warn(message, UserWarning)
     unpack = lambda x: {k: np.asarray(v) for k, v in subject.unpack(x).items()}

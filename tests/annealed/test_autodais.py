@@ -257,6 +257,13 @@ def test_transport_verdict_of_the_chains():
     stuck = chains._replace(acceptance=jnp.asarray(0.05))
     report = transport_verdict(guide._subject(), good, 0.5, 2.0, False, stuck)
     assert report.ok and "cannot judge its spread" in report.message
+    # both checks fail: the spread's verdict and its fix lead, the importance draws (which
+    # share q0's spread) are not offered; the end points' disagreement follows
+    shifted = good._replace(mean_shift=jnp.array([0.0, 0.9]))
+    report = transport_verdict(guide._subject(), shifted, 0.5, 2.0, False, chains)
+    assert not report.ok and report.message.startswith("AutoDAIS: q0 is narrower")
+    assert "Also, q0 disagrees with the annealed end points" in report.message
+    assert "method='importance'" not in report.message
 
 
 def _end_points(guide, params, *args, **kwargs):
