@@ -33,9 +33,12 @@ LEVELS = tuple(
 
 #: XLA:CPU options for every program compiled here, at every level: no YNNPACK library
 #: fusions. The queries' programs are many small elementwise passes and reductions over the
-#: particles' or the members' axis, which XLA's own loops ran up to twice as fast
+#: particles' or the members' axis, which XLA's own loops ran faster
 #: (``docs/topics/compilation.md``).
 CPU_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+#: Options this process's jaxlib refused (see :func:`compile_at`).
+_REFUSED: set = set()
 
 #: Floating-point operations (XLA's count) that a program may run in all, over the runs the
 #: caller expects, and still compile at each of :data:`LEVELS`: as long as the slower code
@@ -93,10 +96,6 @@ def compile_at(lowered, level: int | None):
             _REFUSED.update(refused)
             options = {k: v for k, v in options.items() if k not in _REFUSED}
     return lowered.compile()
-
-
-#: Options this process's jaxlib refused (see :func:`compile_at`).
-_REFUSED: set = set()
 
 
 def input_types(leaves) -> tuple:

@@ -85,11 +85,12 @@ def _shifted_solve(A, g, floor):
     """``(A + s I, (A + s I)⁻¹ g, log det(A + s I))`` for symmetric blocks ``A (B, D, D)``,
     ``s = max(floor − λ_min(A), 0)`` (no gradient through ``λ_min``). Blocks of one or two
     coordinates in closed form: a CPU runs batched LAPACK calls on such tiny matrices one
-    matrix at a time, which dominated Semi-DAIS's draws."""
+    matrix at a time, slowly."""
     D = A.shape[-1]
     eye = jnp.eye(D, dtype=A.dtype)
     if D == 1:
-        a = jnp.maximum(A[:, 0, 0], floor)
+        a = A[:, 0, 0]
+        a = a + jnp.maximum(floor - jax.lax.stop_gradient(a), 0.0)
         return a[:, None, None], g / a[:, None], jnp.log(a)
     if D == 2:
         a, b, c = A[:, 0, 0], A[:, 0, 1], A[:, 1, 1]

@@ -34,10 +34,13 @@ def test_closed_forms_of_small_blocks_match_the_general_path(D):
 @pytest.mark.parametrize("D", [1, 2])
 def test_closed_forms_differentiate_like_the_general_path(D):
     # the step's gradient in A and g, through the closed form and through the general path
-    # (D = 3 pads a unit coordinate): identical math, so float32 rounding alone (1e-3)
+    # (D = 3 pads a unit coordinate), on positive definite blocks and on blocks shifted up
+    # to the floor (no gradient through the shift on either path): identical math, so
+    # float32 rounding alone (1e-3)
     rng = np.random.default_rng(1)
     M = rng.normal(size=(8, D, D))
-    A = jnp.asarray(M @ np.swapaxes(M, -1, -2) + np.eye(D), jnp.float32)
+    offset = np.where(np.arange(8) % 2, 1.0, -3.0)[:, None, None]
+    A = jnp.asarray(M @ np.swapaxes(M, -1, -2) + offset * np.eye(D), jnp.float32)
     g = jnp.asarray(rng.normal(size=(8, D)), jnp.float32)
 
     def loss(A, g, pad):
