@@ -309,7 +309,7 @@ def _svi_answers(
 
 def _autodais(case, cfg, seed, **options):
     guide = numpyro_dais.AutoDAIS(case.model, **options)
-    return _svi_answers(case, cfg, guide, case.model, seed, extra_draws=("importance",))
+    return _svi_answers(case, cfg, guide, case.model, seed, extra_draws=("importance", "mala"))
 
 
 def _sldais(case, cfg, seed):
@@ -640,8 +640,9 @@ def report(rows, cases, methods, args, name):
         f"sds and |log(sd / reference sd)| ≤ {TOL_LOG_SD}. Cells: **seconds to the right "
         "answer** (wall clock in a new process, compilation included, imports and data "
         "excluded) or ✗ max mean error / max log sd error (seconds); for the SVI guides the "
-        "steps `run_until_converged` took (Adam 1e-2), and for ours the `q0` draws and the "
-        "`importance` draws after the same fit. NUTS: `MCMC(NUTS(model), num_warmup="
+        "steps `run_until_converged` took (Adam 1e-2), and for ours the `q0` draws, the "
+        "`importance` draws and (AutoDAIS) the `mala` draws after the same fit, each timed "
+        "from the fit's start. NUTS: `MCMC(NUTS(model), num_warmup="
         f"{SETTINGS[args.mode]['nuts'][0]}, num_samples={SETTINGS[args.mode]['nuts'][1]}, "
         "num_chains=4 or 1)` at numpyro's defaults (on one CPU device the 4 chains run one "
         "after the other). Rows of several runs are merged (`--merge`); the command above "

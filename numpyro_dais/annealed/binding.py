@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 
-from numpyro_dais.annealed import objective, queries, sampling, selfcheck, setup
+from numpyro_dais.annealed import mala_draws, objective, queries, sampling, selfcheck, setup
 from numpyro_dais.annealed.queries import SUMMARY_DRAWS
 from numpyro_dais.annealed.sampling import Call, Fitted
 from numpyro_dais.bridge import numpyro_private
@@ -173,7 +173,7 @@ class BindingGuide(ContinuousGuide):
         if method == "dais" and not self._target.dynamics_need_data:
             return self._setup_args
         raise ValueError(
-            f"{type(self).__name__}: method={method!r} runs the annealing on the data; pass "
+            f"{type(self).__name__}: method={method!r} runs on the posterior of the data; pass "
             "the model's arguments, e.g. sample_posterior(key, params, X, y, method=...). "
             "method='q0' needs no data."
         )
@@ -239,6 +239,35 @@ class BindingGuide(ContinuousGuide):
         )
         k = None if log_w is None else sampling.pooled_pareto_k(log_w)
         return self._finish_draws(latents, params, args, kwargs, plan), k
+
+    def _mala(self, rng_key, fitted, params, args, kwargs, plan, return_pareto_k):
+        """``sample_posterior(method="mala")`` (:mod:`numpyro_dais.annealed.mala_draws`): the
+        chains on the full-data posterior, their draws shaped, a warning if unsettled."""
+        if self._target.supports_subsampling:
+            raise ValueError(
+                f"{type(self).__name__}: method='mala' runs Metropolis-adjusted chains on the "
+                "full-data posterior, which this guide's mini-batch training never evaluates "
+                "(a step would cost a pass over all the rows). Use method='importance' or "
+                "'psis', whose weights correct the surrogate's dynamics."
+            )
+        args, kwargs = self._data(args, kwargs, "mala")
+        run = self._compiled(self._mala_program, "mala")
+        start = mala_draws.first_start(self.latent_dim, np.asarray(fitted.q0.loc).dtype)
+        runs = mala_draws.runs(plan.num_draws)
+        names = self._coordinate_names()
+        for rounds in range(1, mala_draws.MAX_ROUNDS + 1):
+            index = np.asarray(rounds - 1, np.int32)
+            operands = (rng_key, fitted, params, args, kwargs, plan, start, index)
+            draws, info, start = run.run_for(runs, *operands)
+            if mala_draws.unsettled(info, names) is None:
+                break
+        mala_draws.warn_if_doubtful(type(self).__name__, info, names, rounds)
+        return (draws, None) if return_pareto_k else draws
+
+    def _mala_program(self, rng_key, fitted, params, args, kwargs, plan, start, index):
+        call = self._bind(fitted, args, kwargs)
+        z, info, following = mala_draws.draw(call, rng_key, plan.num_draws, start, index)
+        return self._finish_draws(z, params, args, kwargs, plan), info, following
 
     def _importance(self, rng_key, fitted, params, args, kwargs, num_systems):
         """:func:`numpyro_dais.annealed.queries.importance` through the guide's one program."""

@@ -40,6 +40,7 @@ from numpyro_dais.engine.annealing import dais
 from numpyro_dais.results import LogEvidence, SMCDiagnostics, TransitionParams, TransportReport
 
 BASE_DISTS, POSTERIOR_METHODS = options.BASE_DISTS, options.POSTERIOR_METHODS
+SAMPLE_METHODS = options.SAMPLE_METHODS
 SET_UP_RUNS = setup.SET_UP_RUNS
 
 
@@ -130,8 +131,12 @@ class AnnealedGuide(BindingGuide):
             ``"dais"`` (end points ``z_K`` of the annealing), ``"importance"`` (an end point
             resampled by weight from each system of ``num_particles``) or ``"psis"`` (the
             particles of ``S`` such systems pooled and ``S`` resampled by their
-            PSIS-smoothed weights). Defaults to the guide's ``posterior_method``. All but
-            ``"q0"`` anneal to the posterior of the data passed here (the training data).
+            PSIS-smoothed weights) or ``"mala"`` (Metropolis-adjusted Langevin chains from
+            ``q0`` draws, preconditioned by ``q0``: the posterior's law in the limit, which
+            corrects a ``q0`` too narrow for it; a ``RuntimeWarning`` when the chains had not
+            settled; not with a surrogate's or a mini-batch's dynamics). Defaults to the
+            guide's ``posterior_method``. All but ``"q0"`` run on the posterior of the data
+            passed here (the training data).
         :param batch_size: draws computed at once (bounds memory); ``None``: all at once.
         :param mesh: a :class:`jax.sharding.Mesh`: the draws (for ``"importance"``, the
             particle systems, one per draw) are split evenly over all its devices, so its
@@ -140,13 +145,16 @@ class AnnealedGuide(BindingGuide):
         :param return_pareto_k: also return the Pareto ``k̂`` of the weights behind the
             draws (``"importance"``: every particle of every system, pooled; ``"dais"``: the
             end points'; ``None`` for ``"q0"``). Above ``min(1 − 1/log10 S, 0.7)`` the draws
-            may be far from the posterior, and a ``RuntimeWarning`` says so either way.
+            may be far from the posterior, and a ``RuntimeWarning`` says so either way;
+            ``None`` for ``"mala"`` too.
         :return: dict of site values with leading shape ``sample_shape`` (and ``k̂``).
         """
         method = self.posterior_method if method is None else method
-        check_choice("method", method, POSTERIOR_METHODS)
+        check_choice("method", method, SAMPLE_METHODS)
         plan = self._draw_plan(sample_shape, batch_size, mesh)
         fitted = self._params_from(params)
+        if method == "mala":
+            return self._mala(rng_key, fitted, params, args, kwargs, plan, return_pareto_k)
         if method != "q0":
             args, kwargs = self._data(args, kwargs, method)
         else:

@@ -53,6 +53,9 @@ class Annealing(NamedTuple):
 
 BASE_DISTS = ("diagonal", "cholesky")
 POSTERIOR_METHODS = ("q0", "dais", "importance", "psis")
+#: ``sample_posterior``'s methods: the posterior methods and ``"mala"``, chains whose many
+#: steps per call would be run again for each draw of ``Predictive`` (not a posterior method)
+SAMPLE_METHODS = (*POSTERIOR_METHODS, "mala")
 
 
 def checked(a: Annealing, name: str, subsamples: bool) -> Annealing:

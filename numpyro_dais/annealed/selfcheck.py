@@ -160,10 +160,10 @@ def _chains_verdict(name, names, chains, std_ratio_tol, end_points_ok):
             f"(tolerance a ratio of {std_ratio_tol:g}){end_points}. q0 draws (DAIS₀, median, "
             f"quantiles), and the 'importance' draws with them, "
             f"{'understate' if wider else 'overstate'} the uncertainty there. Fix: draw with "
-            "sample_posterior(..., method='psis'), which reweights the end points of many "
-            "particle systems and reports its Pareto k̂; train with more particles "
-            "(`num_particles`) and transitions (`K`); and compare with NUTS (q0 gives it a "
-            "good initial point)."
+            "sample_posterior(..., method='mala'), Metropolis-adjusted chains from q0 draws "
+            "that correct its spread (they warn if they had not settled); or "
+            "method='psis', which reweights the end points of many particle systems and "
+            "reports its Pareto k̂."
         ),
     )
 

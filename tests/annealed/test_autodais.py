@@ -249,7 +249,7 @@ def test_transport_verdict_of_the_chains():
     chains = mala.RelaxationCheck(jnp.array([1.1, 3.0]), jnp.asarray(0.8), jnp.asarray(1.0))
     report = transport_verdict(guide._subject(), good, 0.5, 2.0, False, chains)
     assert not report.ok and "q0 is narrower than the posterior at z[1]" in report.message
-    assert "method='psis'" in report.message
+    assert "method='mala'" in report.message and "method='psis'" in report.message
     np.testing.assert_allclose(report.chain_std_ratio["z"], [1.1, 3.0])
     subject = guide._subject()
     report = transport_verdict(subject, good, 0.5, 2.0, False, chains, chain_std_ratio_tol=4.0)

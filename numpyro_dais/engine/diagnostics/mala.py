@@ -18,12 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_dais.engine.annealing import gaussian
-
-
-class ChainState(NamedTuple):
-    x: jax.Array  # (D,) position in q0's standard coordinates
-    log_density: jax.Array  # () log target at x
-    grad: jax.Array  # (D,) its gradient
+from numpyro_dais.engine.mcmc.mala import default_step_size, run_chain
 
 
 class RelaxationCheck(NamedTuple):
@@ -35,44 +30,6 @@ class RelaxationCheck(NamedTuple):
     """``()`` the fraction of accepted proposals over all chains and steps."""
     finite_fraction: jax.Array
     """``()`` the fraction of chains whose log density stayed finite (the stds are theirs)."""
-
-
-def default_step_size(dim: int) -> float:
-    """``D^{-1/6}`` in ``q0``'s standard coordinates: acceptance 0.8-0.9 where ``q0`` fits."""
-    return float(dim) ** (-1.0 / 6.0)
-
-
-def mala_step(log_density: Callable, step_size, state: ChainState, rng_key):
-    """One MALA transition ``x → y = x + ε²/2 ∇log p(x) + ε ξ``, accepted with the
-    Metropolis–Hastings ratio (a non-finite ratio rejects). Returns ``(state, accepted)``.
-
-    One generator call draws ``ξ`` and the acceptance's uniform ``Φ(ξ_{D+1})`` (each
-    generator call in a loop body adds a few hundred operations to the compiled program)."""
-    x, lp, g = state
-    eps = jax.random.normal(rng_key, (x.shape[-1] + 1,), x.dtype)
-    half = 0.5 * step_size**2
-    forward_mean = x + half * g
-    y = forward_mean + step_size * eps[:-1]
-    lp_y, g_y = jax.value_and_grad(log_density)(y)
-    backward_mean = y + half * g_y
-    log_ratio = (
-        lp_y
-        - lp
-        + (jnp.sum((y - forward_mean) ** 2) - jnp.sum((x - backward_mean) ** 2))
-        / (2.0 * step_size**2)
-    )
-    accept = jax.scipy.special.log_ndtr(eps[-1]) < log_ratio
-    new = jax.tree.map(lambda a, b: jnp.where(accept, a, b), ChainState(y, lp_y, g_y), state)
-    return new, accept
-
-
-def run_chain(log_density: Callable, step_size, x0, keys):
-    """A chain of MALA steps (:func:`mala_step`) from ``x0 (D,)``, one per key of ``keys``
-    ``(T,)``; returns its last state and the fraction of moves accepted."""
-    lp, g = jax.value_and_grad(log_density)(x0)
-    step = lambda s, k: mala_step(log_density, step_size, s, k)
-    state, accepted = jax.lax.scan(step, ChainState(x0, lp, g), keys)
-    return state, jnp.mean(accepted)
 
 
 def relaxation_check(
@@ -90,7 +47,7 @@ def relaxation_check(
     x0 = jax.random.normal(key_start, (num_chains, dim), q0.loc.dtype)
     keys = jax.random.split(key_run, (num_chains, num_steps))
     chain = lambda x, k: run_chain(log_density, default_step_size(dim), x, k)
-    state, acceptance = jax.vmap(chain)(x0, keys)
+    state, acceptance, _ = jax.vmap(chain)(x0, keys)
     z = jax.vmap(lambda x: gaussian.reparameterize(q0, x))(state.x)
     finite = jnp.isfinite(state.log_density) & jnp.all(jnp.isfinite(z), axis=-1)
     count = jnp.sum(finite)
