@@ -93,6 +93,12 @@ def fit(case_name, seed, max_steps):
                 jax.block_until_ready(draws)
                 seconds.append(time.perf_counter() - start)
             row["mala"] = _errors(case, draws, sites)
+            # q0 judged by the chains' draws instead of NUTS: what a self-check built on
+            # them would see (no reference needed)
+            mala_ref = tta.flatten(draws, sites)
+            mala_ref = mala_ref[np.all(np.isfinite(mala_ref), axis=1)]
+            as_ref = case._replace(mean=mala_ref.mean(0), sd=mala_ref.std(0, ddof=1))
+            row["q0_vs_mala"] = _errors(as_ref, tta.flatten(q0, sites))
             row["mala_warned"] = any("'mala'" in str(w.message) for w in caught[n_before:])
             row["mala_seconds"] = seconds
         except Exception as e:  # a crash is a wrong answer, and it says so
@@ -110,6 +116,30 @@ def _outcome(rows, key, warned_key):
     silent = [r for r in bad if not r.get(warned_key) and not r.get("q0_warned")]
     alarms = [r for r in rows if not is_wrong(r.get(key)) and r.get(warned_key)]
     return len(bad), len(silent), len(alarms)
+
+
+def judged_by_chains(rows):
+    """``q0`` judged against the ``mala`` draws instead of NUTS (max mean error in the
+    chains' sds, max |log sd ratio|), over the fits whose chains are right: for each pair
+    of tolerances, the wrong ``q0`` it would pass and the right ``q0`` it would fail."""
+    usable = [r for r in rows if r.get("q0_vs_mala") and not is_wrong(r.get("mala"))]
+    body = []
+    for mean_tol in (0.2, 0.3):
+        for log_tol in (0.15, 0.2, 0.25):
+            fails = [not (r["q0_vs_mala"][0] <= mean_tol and r["q0_vs_mala"][1] <= log_tol)
+                     for r in usable]  # fmt: skip
+            missed = sum(is_wrong(r["q0"]) and not f for r, f in zip(usable, fails, strict=True))
+            alarms = sum(not is_wrong(r["q0"]) and f for r, f in zip(usable, fails, strict=True))
+            body.append([mean_tol, log_tol, missed, alarms])
+    wrong = sum(is_wrong(r["q0"]) for r in usable)
+    right = len(usable) - wrong
+    headers = [
+        "mean tolerance",
+        "log sd tolerance",
+        f"wrong q0 passed (of {wrong})",
+        f"right q0 failed (of {right})",
+    ]
+    return markdown_table(headers, body)
 
 
 def report(rows):
@@ -152,6 +182,13 @@ def report(rows):
         f"right but the chains warned: {ma}",
         "",
         markdown_table(headers, body),
+        "",
+        "## q0 judged by the chains instead of NUTS",
+        "",
+        "What a check of `q0` against its own `mala` draws would say, on the fits whose "
+        "`mala` draws are right:",
+        "",
+        judged_by_chains(rows),
     ]
     return "\n".join(lines)
 

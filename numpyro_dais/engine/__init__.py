@@ -19,6 +19,8 @@ By family, one folder each:
   schemes, rules and gradients (``resampling``);
 * **diagnostics** (:mod:`numpyro_dais.engine.diagnostics`) — PSIS and Pareto ``k̂``
   (``psis``), the stopping rule of a fit (``stopping``), the MALA check of ``q0`` (``mala``);
+* **MCMC** (:mod:`numpyro_dais.engine.mcmc`) — the Metropolis-adjusted Langevin kernel and an
+  ensemble of its chains adapted together (``mala``);
 * **set-up** (:mod:`numpyro_dais.engine.setup`) — curvature and a mode (``curvature``), the
   whitened coordinates (``preconditioning``), the Gaussian VI refinement of a Laplace start
   (``refinement``);
