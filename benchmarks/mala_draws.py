@@ -98,7 +98,7 @@ def fit(case_name, seed, max_steps):
             mala_ref = tta.flatten(draws, sites)
             mala_ref = mala_ref[np.all(np.isfinite(mala_ref), axis=1)]
             as_ref = case._replace(mean=mala_ref.mean(0), sd=mala_ref.std(0, ddof=1))
-            row["q0_vs_mala"] = _errors(as_ref, tta.flatten(q0, sites))
+            row["q0_vs_mala"] = _errors(as_ref, q0, sites)
             row["mala_warned"] = any("'mala'" in str(w.message) for w in caught[n_before:])
             row["mala_seconds"] = seconds
         except Exception as e:  # a crash is a wrong answer, and it says so

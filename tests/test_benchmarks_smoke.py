@@ -26,6 +26,7 @@ SCRIPTS = [
     "dsmcs_static_target",
     "gpvi_open_set",
     "gpvi_reproduction",
+    "mala_draws",
     "model_families",
     "ode_profile",
     "real_models",
@@ -42,6 +43,7 @@ SCRIPTS = [
 NO_FIGURE = {
     "dsmcs_static_target",
     "gpvi_open_set",
+    "mala_draws",
     "model_families",
     "ode_profile",
     "real_models",
@@ -84,6 +86,7 @@ EXPECTED = {
         "## The self-check's tolerances on this set",
         "## Every fit",
     ),
+    "mala_draws": ("| kid_score | 1 |", "## q0 judged by the chains instead of NUTS"),
     "setup_scaling": ("| 500 |", "AutoDAIS K=8 N=8: svi.init (s)"),
     "time_to_answer": ("| logistic_1000 |", "## Summary", "A right answer: every latent"),
     "sldais_vs_dais": ("## breast-cancer", "| SL-DAIS K=8 |", "surrogate loss"),

@@ -161,55 +161,64 @@ def sample(
     """
     C, D = x0.shape
     length = max(num_warmup // num_windows, 1)
-    key_warm, key_draw = jax.random.split(rng_key)
 
     def scaled(scale):
         return lambda y: log_density(scale * y)
 
-    def window(carry, key):
+    def chain(log_y, step_size, y, key, steps):
+        """``steps`` MALA steps from ``y`` (a trip count the program does not fix, so that
+        the warm-up's windows and the draws share one loop body): the last state, the
+        fraction of moves accepted and of proposals at a non-finite density."""
+
+        def body(i, carry):
+            state, accepted, nonfinite = carry
+            state, a, finite = mala_step(log_y, step_size, state, jax.random.fold_in(key, i))
+            return state, accepted + a, nonfinite + 1.0 - finite
+
+        zero = jnp.zeros((), y.dtype)
+        state, accepted, nonfinite = jax.lax.fori_loop(0, steps, body, (init(log_y, y), zero, zero))
+        return state, accepted / steps, nonfinite / steps
+
+    def window(carry, inputs):
+        """A warm-up window (``adapt``: then adapted) or the steps to the next draw."""
         x, step_size, scale = carry
+        key, steps, adapt = inputs
         key_run, key_restart = jax.random.split(key)
-        keys = jax.random.split(key_run, (C, length))
-        chain = lambda y, k: run_chain(scaled(scale), step_size, y, k)
-        state, acceptance, _ = jax.vmap(chain)(x / scale, keys)
+        run = lambda y, k: chain(scaled(scale), step_size, y, k, steps)
+        state, accepted, nonfinite = jax.vmap(run)(x / scale, jax.random.split(key_run, C))
         x, finite = state.x * scale, jnp.isfinite(state.log_density)
-        acceptance = jnp.sum(jnp.where(finite, acceptance, 0.0)) / jnp.sum(finite)
-        step_size = step_size * jnp.exp(2.0 * (acceptance - TARGET_ACCEPTANCE))
-        scale = _spread(x, finite, scale)
+        acceptance = jnp.sum(jnp.where(finite, accepted, 0.0)) / jnp.sum(finite)
+        adapted_step = step_size * jnp.exp(2.0 * (acceptance - TARGET_ACCEPTANCE))
+        adapted_scale = _spread(x, finite, scale)
         # a chain stuck where the density is not finite (it never moves: every ratio from
         # there is NaN) restarts at a finite chain's position: warm-up only
         donor = jax.random.choice(key_restart, C, (C,), p=finite / jnp.sum(finite))
-        x = jnp.where(finite[:, None], x, x[donor])
-        return (x, step_size, scale), x
+        restarted = jnp.where(finite[:, None], x, x[donor])
+        carry = (
+            jnp.where(adapt, restarted, x),
+            jnp.where(adapt, adapted_step, step_size),
+            jnp.where(adapt, adapted_scale, scale),
+        )
+        return carry, (x, acceptance, jnp.mean(nonfinite), jnp.mean(finite))
 
     scale = jnp.ones(D, x0.dtype) if scale is None else scale
     step_size = default_step_size(D) if step_size is None else step_size
     start = (x0, jnp.asarray(step_size, x0.dtype), scale)
-    windows = jax.random.split(key_warm, num_windows)
-    (x, step_size, scale), ensembles = jax.lax.scan(window, start, windows)
-
-    log_y = scaled(scale)
-    state = jax.vmap(lambda y: init(log_y, y))(x / scale)
-
-    def draw(state, key):
-        keys = jax.random.split(key, (C, thin))
-        state, acceptance, nonfinite = jax.vmap(lambda s, k: advance(log_y, step_size, s, k))(
-            state, keys
-        )
-        return state, (state.x * scale, acceptance, nonfinite)
-
-    keys = jax.random.split(key_draw, num_draws)
-    state, (draws, acceptance, nonfinite) = jax.lax.scan(draw, state, keys)
-    draws = jnp.swapaxes(draws, 0, 1)  # (C, num_draws, D)
+    adapt = jnp.arange(num_windows + num_draws) < num_windows
+    steps = jnp.where(adapt, length, thin)
+    keys = jax.random.split(rng_key, num_windows + num_draws)
+    (_, step_size, scale), out = jax.lax.scan(window, start, (keys, steps, adapt))
+    xs, acceptance, nonfinite, finite = out
+    draws = jnp.swapaxes(xs[num_windows:], 0, 1)  # (C, num_draws, D)
     pooled = draws.reshape(-1, D)
-    mean_shift, log_std_ratio = _compare(ensembles[(num_windows - 1) // 2], pooled)
+    mean_shift, log_std_ratio = _compare(xs[(num_windows - 1) // 2], pooled)
     info = EnsembleInfo(
-        acceptance=jnp.mean(acceptance),
+        acceptance=jnp.mean(acceptance[num_windows:]),
         step_size=step_size,
         scale=scale,
         mean_shift=mean_shift,
         log_std_ratio=log_std_ratio,
-        finite_fraction=jnp.mean(jnp.isfinite(state.log_density)),
-        nonfinite_proposals=jnp.mean(nonfinite),
+        finite_fraction=finite[-1],
+        nonfinite_proposals=jnp.mean(nonfinite[num_windows:]),
     )
     return draws, info
