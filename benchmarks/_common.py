@@ -7,6 +7,7 @@ and writes ``<out-dir>/<name>{_quick,_smoke}.md`` plus its figures.
 
 import argparse
 import importlib.util
+import json
 import os
 import platform
 import shlex
@@ -281,3 +282,46 @@ def chain_floor(log_joint, z_init, K, N):
     loss = lambda z0, eta: jnp.sum(jax.vmap(chain, (0, None))(z0, eta))
     step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
     return lambda: step(z0, 1e-3)
+
+
+def run_shard(out_dir, name, jobs, shard, fields, run, describe):
+    """Run shard ``shard`` (``"i/n"``: every n-th of ``jobs`` from the i-th) of a benchmark
+    whose fits are independent, appending each row (``run(*job)``, a dict) as one JSON line
+    to ``<out_dir>/.<name>.<i>.jsonl`` and printing ``describe(row)``; a job whose row is
+    there already (its ``fields`` equal to the job) is skipped, so an interrupted shard
+    resumes."""
+    i, n = (int(x) for x in shard.split("/"))
+    path = Path(out_dir) / f".{name}.{i}.jsonl"
+    done = set()
+    if path.exists():
+        rows = map(json.loads, path.read_text().splitlines())
+        done = {tuple(r[f] for f in fields) for r in rows}
+    for job in jobs[i::n]:
+        if tuple(job) in done:
+            continue
+        row = run(*job)
+        with path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(describe(row), flush=True)
+
+
+def shard_rows(out_dir, name, sort_key):
+    """Every shard's rows (:func:`run_shard`), sorted by ``sort_key`` and also written to
+    ``<out_dir>/<name>.json``."""
+    rows = [
+        json.loads(line)
+        for p in sorted(Path(out_dir).glob(f".{name}.*.jsonl"))
+        for line in p.read_text().splitlines()
+        if line
+    ]
+    rows.sort(key=sort_key)
+    (Path(out_dir) / f"{name}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    return rows
+
+
+def add_shard_arguments(parser):
+    """``--cases a,b``, ``--shard i/n`` and ``--report``: the options of a benchmark run in
+    shards (:func:`run_shard`, :func:`shard_rows`)."""
+    parser.add_argument("--cases", default=None)
+    parser.add_argument("--shard", default="0/1", help="i/n: run every n-th fit from the i-th")
+    parser.add_argument("--report", action="store_true", help="write the tables from the rows")

@@ -15,7 +15,6 @@ Run from the repository root: ``python -m benchmarks.mala_draws [--quick | --smo
 the results, ``--report`` writes the tables from every shard's rows.
 """
 
-import json
 import time
 import warnings
 
@@ -26,7 +25,15 @@ from numpyro.infer import SVI, Trace_ELBO
 
 import numpyro_dais
 from benchmarks import time_to_answer as tta
-from benchmarks._common import markdown_table, output_name, parse_args, write_results
+from benchmarks._common import (
+    add_shard_arguments,
+    markdown_table,
+    output_name,
+    parse_args,
+    run_shard,
+    shard_rows,
+    write_results,
+)
 from benchmarks.self_check import WRONG_LOG_SD, WRONG_MEAN, small_cases
 
 NAME = "mala_draws"
@@ -194,10 +201,16 @@ def report(rows):
 
 
 def extra_args(parser):
-    parser.add_argument("--cases", default=None)
+    add_shard_arguments(parser)
     parser.add_argument("--seeds", type=int, default=None)
-    parser.add_argument("--shard", default="0/1", help="i/n: run every n-th fit from the i-th")
-    parser.add_argument("--report", action="store_true", help="write the tables from the rows")
+
+
+def _line(row):
+    return (
+        f"{row['case']:40s} {row['seed']} q0 {_fmt(_cell(row.get('q0')))} "
+        f"mala {_fmt(_cell(row.get('mala')))}{'⚠' if row.get('mala_warned') else ''} "
+        f"{row.get('mala_seconds')} {row['error'][:60]}"
+    )
 
 
 def main(argv=None):
@@ -210,32 +223,10 @@ def main(argv=None):
         cases = args.cases.split(",") if args.cases else list(default)
         seeds = args.seeds or cfg["seeds"]
         jobs = [(c, s) for s in range(seeds) for c in cases]
-        i, n = (int(x) for x in args.shard.split("/"))
-        path = out_dir / f".{name}.{i}.jsonl"
-        done = set()
-        if path.exists():
-            done = {(r["case"], r["seed"]) for r in map(json.loads, path.read_text().splitlines())}
         max_steps = 200 if args.mode == "smoke" else 10_000
-        for job in jobs[i::n]:
-            if job in done:
-                continue
-            row = fit(*job, max_steps)
-            with path.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-            print(
-                f"{row['case']:40s} {row['seed']} q0 {_fmt(_cell(row.get('q0')))} "
-                f"mala {_fmt(_cell(row.get('mala')))}{'⚠' if row.get('mala_warned') else ''} "
-                f"{row.get('mala_seconds')} {row['error'][:60]}",
-                flush=True,
-            )
-    rows = [
-        json.loads(line)
-        for p in sorted(out_dir.glob(f".{name}.*.jsonl"))
-        for line in p.read_text().splitlines()
-        if line
-    ]
-    rows.sort(key=lambda r: (r["case"], r["seed"]))
-    (out_dir / f"{name}.json").write_text(json.dumps(rows, indent=1) + "\n")
+        run = lambda *job: fit(*job, max_steps)
+        run_shard(out_dir, name, jobs, args.shard, ("case", "seed"), run, _line)
+    rows = shard_rows(out_dir, name, lambda r: (r["case"], r["seed"]))
     path = write_results(out_dir, NAME, args.mode, TITLE, MODULE, report(rows))
     print(f"wrote {path}")
 

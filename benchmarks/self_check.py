@@ -18,7 +18,6 @@ Run from the repository root: ``python -m benchmarks.self_check [--quick | --smo
 and ``--report`` writes the tables from every shard's rows.
 """
 
-import json
 import time
 import warnings
 
@@ -29,7 +28,15 @@ from numpyro.infer import SVI, Trace_ELBO
 
 import numpyro_dais
 from benchmarks import time_to_answer as tta
-from benchmarks._common import markdown_table, output_name, parse_args, write_results
+from benchmarks._common import (
+    add_shard_arguments,
+    markdown_table,
+    output_name,
+    parse_args,
+    run_shard,
+    shard_rows,
+    write_results,
+)
 
 NAME = "self_check"
 MODULE = f"benchmarks.{NAME}"
@@ -338,12 +345,19 @@ def report(rows):
 
 
 def extra_args(parser):
-    parser.add_argument("--cases", default=None)
-    parser.add_argument("--shard", default="0/1", help="i/n: run every n-th fit from the i-th")
+    add_shard_arguments(parser)
     parser.add_argument(
         "--first-seed", type=int, default=0, help="training seeds from this one (a hold-out set)"
     )
-    parser.add_argument("--report", action="store_true", help="write the tables from the rows")
+
+
+def _line(row):
+    return (
+        f"{row['case']:26s} {row['setting']:8s} {row['seed']} "
+        f"q0 {_fmt(row['q0_mean'])}/{_fmt(row['q0_log_sd'])} "
+        f"{'✗' if wrong(row) else '✓'}{'⚠' if warned(row) else ''} "
+        f"chains {_fmt(row['chain_ratio'])} {row['seconds']:.0f}s"
+    )
 
 
 def main(argv=None):
@@ -360,35 +374,9 @@ def main(argv=None):
             for seed in range(args.first_seed, args.first_seed + num_seeds)
             for c in cases
         ]
-        i, n = (int(x) for x in args.shard.split("/"))
-        path = out_dir / f".{name}.{i}.jsonl"
-        done = set()
-        if path.exists():
-            done = {
-                (r["case"], r["setting"], r["seed"])
-                for r in map(json.loads, path.read_text().splitlines())
-            }
-        for job in jobs[i::n]:
-            if job in done:
-                continue
-            row = fit(*job, cfg["max_steps"], cfg["window"])
-            with path.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-            print(
-                f"{row['case']:26s} {row['setting']:8s} {row['seed']} "
-                f"q0 {_fmt(row['q0_mean'])}/{_fmt(row['q0_log_sd'])} "
-                f"{'✗' if wrong(row) else '✓'}{'⚠' if warned(row) else ''} "
-                f"chains {_fmt(row['chain_ratio'])} {row['seconds']:.0f}s",
-                flush=True,
-            )
-    rows = [
-        json.loads(line)
-        for p in sorted(out_dir.glob(f".{name}.*.jsonl"))
-        for line in p.read_text().splitlines()
-        if line
-    ]
-    rows.sort(key=lambda r: (r["setting"], r["case"], r["seed"]))
-    (out_dir / f"{name}.json").write_text(json.dumps(rows, indent=1) + "\n")
+        run = lambda *job: fit(*job, cfg["max_steps"], cfg["window"])
+        run_shard(out_dir, name, jobs, args.shard, ("case", "setting", "seed"), run, _line)
+    rows = shard_rows(out_dir, name, lambda r: (r["setting"], r["case"], r["seed"]))
     path = write_results(out_dir, NAME, mode, TITLE, MODULE, report(rows))
     print(f"wrote {path}")
 

@@ -32,6 +32,13 @@ def narrow():
     return guide, {**params, "auto_z_0_scale": params["auto_z_0_scale"] / 3.0}
 
 
+def quiet_mala_draws(guide, params, key):
+    """4000 ``mala`` draws of ``z``, failing on any warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return guide.sample_posterior(key, params, Y, sample_shape=(4000,), method="mala")["z"]
+
+
 def test_mala_draws_correct_a_q0_three_times_too_narrow(narrow):
     """4000 draws against the exact posterior: ``q0``'s sds are about a third of it, the
     chains' within 10% (Monte Carlo error of 4000 correlated draws, about 3%) and their
@@ -40,11 +47,7 @@ def test_mala_draws_correct_a_q0_three_times_too_narrow(narrow):
     guide, params = narrow
     q0 = guide.sample_posterior(jax.random.key(1), params, sample_shape=(4000,))["z"]
     assert np.all(np.asarray(q0.std(0) / SD) < 0.5)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        z = guide.sample_posterior(
-            jax.random.key(1), params, Y, sample_shape=(4000,), method="mala"
-        )["z"]
+    z = quiet_mala_draws(guide, params, jax.random.key(1))
     np.testing.assert_allclose(z.std(0), SD, rtol=0.1)
     np.testing.assert_array_less(np.abs(np.asarray(z.mean(0) - MEAN) / SD), 0.1)
 
@@ -78,11 +81,7 @@ def test_further_rounds_of_warm_up_recover_unsettled_chains(narrow, monkeypatch)
     guide, params = narrow
     params = {**params, "auto_z_0_scale": params["auto_z_0_scale"] / 10.0}
     monkeypatch.setattr(mala_draws, "NUM_WARMUP", 2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        z = guide.sample_posterior(
-            jax.random.key(3), params, Y, sample_shape=(4000,), method="mala"
-        )["z"]
+    z = quiet_mala_draws(guide, params, jax.random.key(3))
     np.testing.assert_allclose(z.std(0), SD, rtol=0.1)
 
 
