@@ -44,7 +44,7 @@ from benchmarks._common import (
 )
 from benchmarks._compact import symkl_optimum
 from numpyro_dais import AutoDAIS
-from numpyro_dais.annealed import selfcheck
+from numpyro_dais.annealed.posterior import selfcheck
 
 NAME = "dais0_quickstart"
 MODULE = f"benchmarks.{NAME}"

@@ -44,8 +44,8 @@ from benchmarks._common import (
     write_results,
 )
 from numpyro_dais import AutoDAIS
-from numpyro_dais.annealed import queries
 from numpyro_dais.annealed.guide import AnnealedGuide
+from numpyro_dais.annealed.posterior import queries
 from numpyro_dais.engine.annealing import dais, dais0
 from numpyro_dais.runtime import reporting
 

@@ -20,10 +20,10 @@ the guide:
 
 * :mod:`~numpyro_dais.annealed.setup` — once, at the first call: mode, whitening, step sizes;
 * :mod:`~numpyro_dais.annealed.objective` — the bound, the DAIS₀ term, the divergence brake;
-* :mod:`~numpyro_dais.annealed.queries` — importance draws through one compiled program,
-  the draws' warnings, ``q0`` as a distribution;
-* :mod:`~numpyro_dais.annealed.selfcheck` — the MALA relaxation and the transport check's
-  verdict.
+* :mod:`~numpyro_dais.annealed.posterior` — the posterior queries: importance draws through
+  one compiled program, the draws' warnings, ``q0`` as a distribution (``queries``); the
+  MALA relaxation and the transport check's verdict (``selfcheck``); MALA draws from ``q0``
+  (``mala_draws``).
 """
 
 from numpyro_dais.annealed.autodais import AutoDAIS

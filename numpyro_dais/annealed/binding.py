@@ -18,8 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 
-from numpyro_dais.annealed import mala_draws, objective, queries, sampling, selfcheck, setup
-from numpyro_dais.annealed.queries import SUMMARY_DRAWS
+from numpyro_dais.annealed import objective, sampling, setup
+from numpyro_dais.annealed.posterior import mala_draws, queries, selfcheck
+from numpyro_dais.annealed.posterior.queries import SUMMARY_DRAWS
 from numpyro_dais.annealed.sampling import Call, Fitted
 from numpyro_dais.bridge import numpyro_private
 from numpyro_dais.bridge.autoguide import ContinuousGuide
@@ -241,14 +242,21 @@ class BindingGuide(ContinuousGuide):
         return self._finish_draws(latents, params, args, kwargs, plan), k
 
     def _mala(self, rng_key, fitted, params, args, kwargs, plan, return_pareto_k):
-        """``sample_posterior(method="mala")`` (:mod:`numpyro_dais.annealed.mala_draws`): the
-        chains on the full-data posterior, their draws shaped, a warning if unsettled."""
+        """``sample_posterior(method="mala")``
+        (:mod:`numpyro_dais.annealed.posterior.mala_draws`): the chains on the full-data
+        posterior, their draws shaped, a warning if unsettled."""
         if self._target.supports_subsampling:
             raise ValueError(
                 f"{type(self).__name__}: method='mala' runs Metropolis-adjusted chains on the "
                 "full-data posterior, which this guide's mini-batch training never evaluates "
                 "(a step would cost a pass over all the rows). Use method='importance' or "
                 "'psis', whose weights correct the surrogate's dynamics."
+            )
+        if plan.batch_size is not None or plan.mesh is not None:
+            raise ValueError(
+                f"{type(self).__name__}: method='mala' runs its {mala_draws.NUM_CHAINS} chains "
+                "at once on one device, so `batch_size` and `mesh` do not apply to it; leave "
+                "them at None (they bound and split the annealed methods' draws)."
             )
         args, kwargs = self._data(args, kwargs, "mala")
         run = self._compiled(self._mala_program, "mala")
@@ -270,7 +278,8 @@ class BindingGuide(ContinuousGuide):
         return self._finish_draws(z, params, args, kwargs, plan), info, following
 
     def _importance(self, rng_key, fitted, params, args, kwargs, num_systems):
-        """:func:`numpyro_dais.annealed.queries.importance` through the guide's one program."""
+        """:func:`numpyro_dais.annealed.posterior.queries.importance` through the guide's one
+        program."""
         program = self._compiled(self._importance_chunk, "importance_chunk")
         return queries.importance(
             program, rng_key, self.K, num_systems, fitted, params, args, kwargs
@@ -282,7 +291,7 @@ class BindingGuide(ContinuousGuide):
 
     def _check_q0_once(self, params) -> TransportReport | None:
         """Run :meth:`transport_check` on the set-up data the first time ``params`` are used
-        for ``q0`` draws, if ``self_check`` (:mod:`numpyro_dais.annealed.selfcheck`); its
+        for ``q0`` draws, if ``self_check`` (:mod:`numpyro_dais.annealed.posterior.selfcheck`); its
         warning carries the fix. Returns its report, ``None`` where it did not run (off, done
         before for these ``params``, under ``jit``, or nothing to compare ``q0`` with)."""
         checked = self.__dict__.setdefault("_self_checked", set())
@@ -339,8 +348,8 @@ class BindingGuide(ContinuousGuide):
         return {name: reduce(values[name]) for name in self._view.transforms}
 
     def _chains(self, rng_key, fitted, args, kwargs):
-        """:func:`numpyro_dais.annealed.selfcheck.relaxation` of the call, in its own program;
-        ``None`` where the dynamics do not run on the full-data posterior (a surrogate, a
+        """:func:`numpyro_dais.annealed.posterior.selfcheck.relaxation` of the call, in its own
+        program; ``None`` where the dynamics do not run on the full-data posterior (a surrogate, a
         mini-batch)."""
         if self._target.supports_subsampling:
             return None

@@ -18,17 +18,15 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro.infer.initialization import init_to_uniform
 
-from numpyro_dais.annealed import (
-    options,
-    queries,
-    sampling,
-    selfcheck,
-    setup,
-    targets,
-)
+from numpyro_dais.annealed import options, sampling, setup, targets
 from numpyro_dais.annealed.binding import BindingGuide
 from numpyro_dais.annealed.options import Annealing, Resampling
-from numpyro_dais.annealed.selfcheck import CHAIN_STD_RATIO_TOL, MEAN_SHIFT_TOL, STD_RATIO_TOL
+from numpyro_dais.annealed.posterior import queries, selfcheck
+from numpyro_dais.annealed.posterior.selfcheck import (
+    CHAIN_STD_RATIO_TOL,
+    MEAN_SHIFT_TOL,
+    STD_RATIO_TOL,
+)
 from numpyro_dais.bridge.checks import (
     check_batch_size,
     check_choice,
@@ -129,14 +127,14 @@ class AnnealedGuide(BindingGuide):
 
         :param method: ``"q0"`` (DAIS₀: draws of the trained ``q0``; needs no data),
             ``"dais"`` (end points ``z_K`` of the annealing), ``"importance"`` (an end point
-            resampled by weight from each system of ``num_particles``) or ``"psis"`` (the
+            resampled by weight from each system of ``num_particles``), ``"psis"`` (the
             particles of ``S`` such systems pooled and ``S`` resampled by their
             PSIS-smoothed weights) or ``"mala"`` (Metropolis-adjusted Langevin chains from
             ``q0`` draws, preconditioned by ``q0``: the posterior's law in the limit, which
-            corrects a ``q0`` too narrow for it; a ``RuntimeWarning`` when the chains had not
-            settled; not with a surrogate's or a mini-batch's dynamics). Defaults to the
-            guide's ``posterior_method``. All but ``"q0"`` run on the posterior of the data
-            passed here (the training data).
+            corrects a ``q0`` too narrow for it; a ``RuntimeWarning`` when the chains had
+            not settled; not with a surrogate's or a mini-batch's dynamics, nor with
+            ``batch_size`` or ``mesh``). Defaults to the guide's ``posterior_method``. All
+            but ``"q0"`` run on the posterior of the data passed here (the training data).
         :param batch_size: draws computed at once (bounds memory); ``None``: all at once.
         :param mesh: a :class:`jax.sharding.Mesh`: the draws (for ``"importance"``, the
             particle systems, one per draw) are split evenly over all its devices, so its

@@ -6,8 +6,8 @@ Every public method of :class:`~numpyro_dais.annealed.guide.AnnealedGuide` (the 
 parameters (the sites of :func:`q0_sites`, :func:`anneal_sites`,
 :func:`preconditioner_sites`) into a :class:`Fitted` and binds them, with the call's data,
 into one immutable :class:`Call`. Each function here and in the other rooms
-(:mod:`~numpyro_dais.annealed.objective`, :mod:`~numpyro_dais.annealed.queries`,
-:mod:`~numpyro_dais.annealed.selfcheck`) takes that call, keys and counts, and never the
+(:mod:`~numpyro_dais.annealed.objective`, :mod:`~numpyro_dais.annealed.posterior.queries`,
+:mod:`~numpyro_dais.annealed.posterior.selfcheck`) takes that call, keys and counts, and never the
 guide. Particles run in the whitened coordinates ``u`` and come back in ``z = m + L u``.
 
 References: Geffner & Domke (2021); Zhang et al. (2021); Zenn & Bamler (2024), DAIS₀.

@@ -16,7 +16,7 @@ from numpyro.infer.autoguide import AutoGuideList, AutoNormal
 from numpyro.infer.initialization import init_to_median, init_to_value
 
 from numpyro_dais import AutoDAIS
-from numpyro_dais.annealed.selfcheck import transport_verdict
+from numpyro_dais.annealed.posterior.selfcheck import transport_verdict
 from numpyro_dais.engine.annealing import dais0
 from numpyro_dais.engine.diagnostics import mala
 from tests import models

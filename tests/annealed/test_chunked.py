@@ -1,4 +1,5 @@
-"""Importance draws in fixed chunks (numpyro_dais/annealed/queries.py): one program, same draws."""
+"""Importance draws in fixed chunks (numpyro_dais/annealed/posterior/queries.py): one
+program, same draws."""
 
 import jax
 import numpy as np
@@ -7,7 +8,8 @@ import pytest
 from numpyro.infer import SVI, Trace_ELBO
 
 from numpyro_dais import AutoDAIS
-from numpyro_dais.annealed import queries, sampling
+from numpyro_dais.annealed import sampling
+from numpyro_dais.annealed.posterior import queries
 from numpyro_dais.runtime import compilation
 from tests import models
 

@@ -12,7 +12,7 @@ import pytest
 from numpyro.infer import SVI, Trace_ELBO
 
 from numpyro_dais import AutoDAIS, AutoSurrogateLikelihoodDAIS
-from numpyro_dais.annealed import mala_draws
+from numpyro_dais.annealed.posterior import mala_draws
 from tests.annealed.test_autosldais import init_params, logistic, logistic_data
 from tests.models import linear_gaussian, linear_gaussian_data, linear_gaussian_posterior
 
@@ -101,6 +101,14 @@ def test_a_density_not_finite_where_the_posterior_has_mass_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert not mala_draws.warn_if_doubtful("AutoDAIS", quiet, ["z[0]", "z[1]"], 1)
+
+
+def test_mala_refuses_batch_size_and_mesh(narrow):
+    guide, params = narrow
+    with pytest.raises(ValueError, match="`batch_size` and `mesh` do not apply"):
+        guide.sample_posterior(
+            jax.random.key(0), params, Y, sample_shape=(8,), method="mala", batch_size=4
+        )
 
 
 def test_mala_needs_the_data(narrow):

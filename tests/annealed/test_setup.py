@@ -1,6 +1,6 @@
 """The set-up of the annealed guides (``numpyro_dais.annealed.setup``) and the q0 self-check
-(``numpyro_dais.annealed.selfcheck``): a mode, its Laplace whitening, loud failures, and the
-check that q0 draws agree with the annealed end points."""
+(``numpyro_dais.annealed.posterior.selfcheck``): a mode, its Laplace whitening, loud
+failures, and the check that q0 draws agree with the annealed end points."""
 
 import warnings
 

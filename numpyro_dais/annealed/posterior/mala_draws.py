@@ -39,8 +39,8 @@ THIN = 2
 #: from where they are, adaptation included
 MAX_ROUNDS = 4
 #: the drift between the warm-up's middle and the draws beyond which the chains had not
-#: settled: the median (in the draws' robust sds) and the log of the spread's ratio; none of
-#: the 62 right draw sets of ``benchmarks/mala_draws`` (28 small models, 2 seeds) passed them
+#: settled: the median (in the draws' robust sds) and the log of the spread's ratio, past
+#: which none of the 59 right draw sets of ``benchmarks/mala_draws`` (66 fits) went
 MEAN_SHIFT_TOL = 0.2
 LOG_STD_TOL = 0.25
 #: the fraction of chains at a finite density below which the draws are not trusted (a
