@@ -11,7 +11,7 @@ import optax
 import pytest
 from numpyro.infer import SVI, Trace_ELBO
 
-from numpyro_dais import AutoDAIS, AutoSurrogateLikelihoodDAIS
+from numpyro_dais import AutoDAIS, AutoDSMCS, AutoSurrogateLikelihoodDAIS
 from numpyro_dais.annealed.posterior import mala_draws
 from tests.annealed.test_autosldais import init_params, logistic, logistic_data
 from tests.models import linear_gaussian, linear_gaussian_data, linear_gaussian_posterior
@@ -50,6 +50,17 @@ def test_mala_draws_correct_a_q0_three_times_too_narrow(narrow):
     z = quiet_mala_draws(guide, params, jax.random.key(1))
     np.testing.assert_allclose(z.std(0), SD, rtol=0.1)
     np.testing.assert_array_less(np.abs(np.asarray(z.mean(0) - MEAN) / SD), 0.1)
+
+
+def test_autodsmcs_draws_with_mala_too():
+    """AutoDSMCS runs on the full-data posterior as AutoDAIS does: 100 training steps, then
+    2000 ``mala`` draws with the exact posterior's means (within 0.1 sd) and sds (10%)."""
+    guide = AutoDSMCS(linear_gaussian)
+    svi = SVI(linear_gaussian, guide, optax.adam(1e-2), Trace_ELBO())
+    params = svi.run(jax.random.key(0), 100, Y, progress_bar=False).params
+    z = guide.sample_posterior(jax.random.key(1), params, Y, sample_shape=(2000,), method="mala")
+    np.testing.assert_allclose(z["z"].std(0), SD, rtol=0.1)
+    np.testing.assert_array_less(np.abs(np.asarray(z["z"].mean(0) - MEAN) / SD), 0.1)
 
 
 def test_mala_draws_have_the_sample_shape_and_no_pareto_k(narrow):
