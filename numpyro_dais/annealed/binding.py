@@ -260,7 +260,7 @@ class BindingGuide(ContinuousGuide):
             )
         args, kwargs = self._data(args, kwargs, "mala")
         run = self._compiled(self._mala_program, "mala")
-        start = mala_draws.first_start(self.latent_dim, np.asarray(fitted.q0.loc).dtype)
+        start = mala_draws.first_start(self.latent_dim, fitted.q0.loc.dtype)
         runs = mala_draws.runs(plan.num_draws)
         names = self._coordinate_names()
         for rounds in range(1, mala_draws.MAX_ROUNDS + 1):

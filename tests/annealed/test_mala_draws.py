@@ -96,6 +96,18 @@ def test_further_rounds_of_warm_up_recover_unsettled_chains(narrow, monkeypatch)
     np.testing.assert_allclose(z.std(0), SD, rtol=0.1)
 
 
+def test_every_round_runs_the_one_compiled_program():
+    """The first round's start has the input types (shapes, dtypes, placement) of the
+    start a round's program returns for the next, which key the compiled programs
+    (``runtime.compilation.run_for``): a start left on the host compiled the program again
+    for the second round."""
+    from numpyro_dais.runtime.compilation import input_types
+
+    first = mala_draws.first_start(3, np.dtype("float32"))
+    following = jax.jit(lambda s: jax.tree.map(lambda x: x + 0, s))(first)
+    assert input_types(jax.tree.leaves(first)) == input_types(jax.tree.leaves(following))
+
+
 def test_a_density_not_finite_where_the_posterior_has_mass_warns():
     """Chains that proposed a non-finite density a fifth of the time (the engine's
     ``nonfinite_proposals``, tested on a cut target in tests/engine/mcmc): the warning says

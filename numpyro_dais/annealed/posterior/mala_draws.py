@@ -39,15 +39,15 @@ THIN = 2
 #: from where they are, adaptation included
 MAX_ROUNDS = 4
 #: the drift between the warm-up's middle and the draws beyond which the chains had not
-#: settled: the median (in the draws' robust sds) and the log of the spread's ratio, past
-#: which none of the 59 right draw sets of ``benchmarks/mala_draws`` (66 fits) went
+#: settled: the median (in the draws' robust sds) and the log of the spread's ratio, set
+#: so that no right draw set of ``benchmarks/mala_draws`` went past them
 MEAN_SHIFT_TOL = 0.2
 LOG_STD_TOL = 0.25
 #: the fraction of chains at a finite density below which the draws are not trusted (a
 #: chain stuck where the density is not finite keeps its position)
 MIN_FINITE = 0.95
 #: the fraction of proposals at a non-finite density above which the draws may miss the
-#: posterior's mass there (0 on the small benchmark models but a latent GP in float32)
+#: posterior's mass there
 MAX_NONFINITE = 0.01
 
 
@@ -62,9 +62,11 @@ class Start(NamedTuple):
 
 
 def first_start(dim: int, dtype) -> Start:
-    """The first round's :class:`Start`, made on the host (no program to compile)."""
+    """The first round's :class:`Start`, made on the host (no program to compile) and put
+    on the device, as the rounds after it return theirs: the same input types, so that
+    every round runs the one compiled program."""
     step = np.asarray(mala.default_step_size(dim), dtype)
-    return Start(np.zeros((NUM_CHAINS, dim), dtype), np.ones(dim, dtype), step)
+    return jax.device_put(Start(np.zeros((NUM_CHAINS, dim), dtype), np.ones(dim, dtype), step))
 
 
 def draws_per_chain(num_draws: int) -> int:

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from numpyro_dais.engine.annealing import gaussian
-from numpyro_dais.engine.mcmc.mala import default_step_size, run_chain
+from numpyro_dais.engine.mcmc.mala import default_step_size, masked_std, run_chain
 
 
 class RelaxationCheck(NamedTuple):
@@ -45,16 +45,14 @@ def relaxation_check(
         return log_target(gaussian.reparameterize(q0, x))
 
     x0 = jax.random.normal(key_start, (num_chains, dim), q0.loc.dtype)
-    keys = jax.random.split(key_run, (num_chains, num_steps))
-    chain = lambda x, k: run_chain(log_density, default_step_size(dim), x, k)
+    keys = jax.random.split(key_run, num_chains)
+    chain = lambda x, k: run_chain(log_density, default_step_size(dim), x, k, num_steps)
     state, acceptance, _ = jax.vmap(chain)(x0, keys)
     z = jax.vmap(lambda x: gaussian.reparameterize(q0, x))(state.x)
     finite = jnp.isfinite(state.log_density) & jnp.all(jnp.isfinite(z), axis=-1)
-    count = jnp.sum(finite)
-    mean = jnp.sum(jnp.where(finite[:, None], z, 0.0), axis=0) / count
-    var = jnp.sum(jnp.where(finite[:, None], (z - mean) ** 2, 0.0), axis=0) / (count - 1)
+    std, count = masked_std(z, finite)
     return RelaxationCheck(
-        std_ratio=jnp.sqrt(var) / gaussian.marginal_std(q0),
+        std_ratio=std / gaussian.marginal_std(q0),
         acceptance=jnp.mean(acceptance),
         finite_fraction=count / num_chains,
     )

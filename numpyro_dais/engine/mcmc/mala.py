@@ -93,32 +93,38 @@ def init(log_density: Callable, x) -> ChainState:
     return ChainState(x, lp, g)
 
 
-def advance(log_density: Callable, step_size, state: ChainState, keys):
-    """MALA steps from ``state``, one per key of ``keys (T,)``; returns the last state, the
-    fraction of moves accepted and the fraction of proposals where the density was not
-    finite."""
+def run_chain(log_density: Callable, step_size, x0, rng_key, num_steps):
+    """A chain of ``num_steps`` MALA steps (:func:`mala_step`) from ``x0 (D,)``, the key of
+    step ``i`` ``fold_in(rng_key, i)``: its last state, the fraction of moves accepted and
+    the fraction of proposals where the density was not finite. ``num_steps`` may be traced
+    (a trip count the program does not fix), so that chains of different lengths share one
+    loop body."""
 
-    def step(s, k):
-        s, accepted, finite = mala_step(log_density, step_size, s, k)
-        return s, (accepted, finite)
+    def body(i, carry):
+        state, accepted, nonfinite = carry
+        state, a, finite = mala_step(log_density, step_size, state, jax.random.fold_in(rng_key, i))
+        return state, accepted + a, nonfinite + 1.0 - finite
 
-    state, (accepted, finite) = jax.lax.scan(step, state, keys)
-    return state, jnp.mean(accepted), 1.0 - jnp.mean(finite)
-
-
-def run_chain(log_density: Callable, step_size, x0, keys):
-    """A chain of MALA steps (:func:`mala_step`) from ``x0 (D,)``, one per key of ``keys``
-    ``(T,)``; returns what :func:`advance` does."""
-    return advance(log_density, step_size, init(log_density, x0), keys)
+    zero = jnp.zeros((), x0.dtype)
+    start = (init(log_density, x0), zero, zero)
+    state, accepted, nonfinite = jax.lax.fori_loop(0, num_steps, body, start)
+    return state, accepted / num_steps, nonfinite / num_steps
 
 
-def _spread(x, finite, fallback):
-    """The std across chains of ``x (C, D)`` over the ``finite`` ones, ``fallback (D,)``
-    where fewer than two are, floored at a thousandth of ``fallback``."""
+def masked_std(x, finite):
+    """``(std (D,), count)``: the std across the rows of ``x (C, D)`` where ``finite``
+    ``(C,)`` holds, and how many those are (NaN where fewer than two)."""
     count = jnp.sum(finite)
     mean = jnp.sum(jnp.where(finite[:, None], x, 0.0), axis=0) / count
     var = jnp.sum(jnp.where(finite[:, None], (x - mean) ** 2, 0.0), axis=0) / (count - 1)
-    std = jnp.where(count > 1, jnp.sqrt(var), fallback)
+    return jnp.sqrt(var), count
+
+
+def _spread(x, finite, fallback):
+    """:func:`masked_std` of the chains' positions ``x (C, D)``, ``fallback (D,)`` where
+    fewer than two are finite, floored at a thousandth of ``fallback``."""
+    std, count = masked_std(x, finite)
+    std = jnp.where(count > 1, std, fallback)
     return jnp.maximum(jnp.nan_to_num(std, nan=0.0), 1e-3 * fallback)
 
 
@@ -165,26 +171,12 @@ def sample(
     def scaled(scale):
         return lambda y: log_density(scale * y)
 
-    def chain(log_y, step_size, y, key, steps):
-        """``steps`` MALA steps from ``y`` (a trip count the program does not fix, so that
-        the warm-up's windows and the draws share one loop body): the last state, the
-        fraction of moves accepted and of proposals at a non-finite density."""
-
-        def body(i, carry):
-            state, accepted, nonfinite = carry
-            state, a, finite = mala_step(log_y, step_size, state, jax.random.fold_in(key, i))
-            return state, accepted + a, nonfinite + 1.0 - finite
-
-        zero = jnp.zeros((), y.dtype)
-        state, accepted, nonfinite = jax.lax.fori_loop(0, steps, body, (init(log_y, y), zero, zero))
-        return state, accepted / steps, nonfinite / steps
-
     def window(carry, inputs):
         """A warm-up window (``adapt``: then adapted) or the steps to the next draw."""
         x, step_size, scale = carry
         key, steps, adapt = inputs
         key_run, key_restart = jax.random.split(key)
-        run = lambda y, k: chain(scaled(scale), step_size, y, k, steps)
+        run = lambda y, k: run_chain(scaled(scale), step_size, y, k, steps)
         state, accepted, nonfinite = jax.vmap(run)(x / scale, jax.random.split(key_run, C))
         x, finite = state.x * scale, jnp.isfinite(state.log_density)
         acceptance = jnp.sum(jnp.where(finite, accepted, 0.0)) / jnp.sum(finite)

@@ -27,8 +27,8 @@ def test_mala_step_keeps_the_target_invariant():
     target = gaussian.Gaussian(M, jnp.linalg.cholesky(COV))
     x = gaussian.sample(key_start, target, (4000,))
 
-    keys = jax.random.split(key_run, (4000, 20))
-    state, acceptance, _ = jax.vmap(lambda *a: kernel.run_chain(log_p, 1.0, *a))(x, keys)
+    keys = jax.random.split(key_run, 4000)
+    state, acceptance, _ = jax.vmap(lambda *a: kernel.run_chain(log_p, 1.0, *a, 20))(x, keys)
     z = state.x
     assert 0.2 < float(acceptance.mean()) < 0.95
     assert np.all(np.abs(np.asarray(z.mean(0) - M)) < 0.08 * np.asarray(SD))
