@@ -39,9 +39,13 @@ class TransportReport(NamedTuple):
     message: str
     """A one-paragraph verdict, with the fix when ``ok`` is ``False``."""
     chain_std_ratio: dict | None = None
-    """``{site: array}`` the std of Metropolis-adjusted Langevin chains started at ``q0``
-    draws over ``q0``'s, in the unconstrained space (above 1: the posterior is wider than
-    ``q0``); ``None`` where the guide's dynamics do not run on the full-data posterior."""
+    """``{site: array}`` the std of the draws of Metropolis-adjusted Langevin chains started
+    at ``q0`` draws over ``q0``'s, in the unconstrained space (above 1: the posterior is
+    wider than ``q0``); ``None`` where the guide's dynamics do not run on the full-data
+    posterior."""
+    chain_mean_shift: dict | None = None
+    """``{site: array}`` ``(mean_q0 − mean_chains) / std_chains`` of those chains' draws,
+    in the unconstrained space; ``None`` where they did not run."""
 
 
 class SMCDiagnostics(NamedTuple):

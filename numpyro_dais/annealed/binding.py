@@ -263,12 +263,10 @@ class BindingGuide(ContinuousGuide):
         start = mala_draws.first_start(self.latent_dim, fitted.q0.loc.dtype)
         runs = mala_draws.runs(plan.num_draws)
         names = self._coordinate_names()
-        for rounds in range(1, mala_draws.MAX_ROUNDS + 1):
-            index = np.asarray(rounds - 1, np.int32)
-            operands = (rng_key, fitted, params, args, kwargs, plan, start, index)
-            draws, info, start = run.run_for(runs, *operands)
-            if mala_draws.unsettled(info, names) is None:
-                break
+        operands = (rng_key, fitted, params, args, kwargs, plan)
+        draws, info, rounds = mala_draws.run_rounds(
+            lambda start, index: run.run_for(runs, *operands, start, index), start, names
+        )
         mala_draws.warn_if_doubtful(type(self).__name__, info, names, rounds)
         return (draws, None) if return_pareto_k else draws
 
@@ -347,11 +345,59 @@ class BindingGuide(ContinuousGuide):
         values = self._constrain(draws, params)
         return {name: reduce(values[name]) for name in self._view.transforms}
 
-    def _chains(self, rng_key, fitted, args, kwargs):
-        """:func:`numpyro_dais.annealed.posterior.selfcheck.relaxation` of the call, in its own
-        program; ``None`` where the dynamics do not run on the full-data posterior (a surrogate, a
-        mini-batch)."""
+    def _chains(self, rng_key, fitted, params, args, kwargs) -> selfcheck.ChainsCheck | None:
+        """The self-check's chains (:func:`numpyro_dais.annealed.posterior.selfcheck.chains_round`)
+        on the call, in their own program, in rounds until they settle; ``None`` where the
+        dynamics do not run on the full-data posterior (a surrogate, a mini-batch)."""
         if self._target.supports_subsampling:
             return None
-        relax = self._compiled(self._bound_call(selfcheck.relaxation), "relaxation")
-        return relax.run_for(selfcheck.RELAX_RUNS, rng_key, fitted, args, kwargs)
+        program = self._compiled(self._chains_round, "chains_round")
+        start = mala_draws.first_start(self.latent_dim, fitted.q0.loc.dtype, selfcheck.CHECK_CHAINS)
+        operands = (jax.random.fold_in(rng_key, 1), fitted, params, args, kwargs)
+        comparison, info, rounds = mala_draws.run_rounds(
+            lambda start, index: program.run_for(selfcheck.CHECK_RUNS, *operands, start, index),
+            start,
+            self._coordinate_names(),
+        )
+        names, unpack = self._value_coordinates()
+        return selfcheck.ChainsCheck(comparison, names, unpack, info, rounds)
+
+    def _chains_round(self, rng_key, fitted, params, args, kwargs, start, index):
+        """:func:`numpyro_dais.annealed.posterior.selfcheck.chains_round` of the call, its
+        draws compared as the flat constrained values of the latent sites."""
+
+        def values(z):
+            draws = self._constrain(z, params, args, kwargs)
+            return jnp.concatenate(
+                [jnp.reshape(draws[name], (z.shape[0], -1)) for name, _ in self._value_sites()],
+                axis=-1,
+            )
+
+        call = self._bind(fitted, args, kwargs)
+        return selfcheck.chains_round(call, rng_key, start, index, values)
+
+    def _value_sites(self):
+        """``[(site, shape)]`` of the latent sample sites, in the prototype trace's order."""
+        return [
+            (name, tuple(jnp.shape(site["value"])))
+            for name, site in self.prototype_trace.items()
+            if site["type"] == "sample" and not site["is_observed"]
+        ]
+
+    def _value_coordinates(self):
+        """The names of the flat constrained latent values (e.g. ``"w[0]"``) and the map of
+        such a flat ``(M,)`` array to ``{site: array}``."""
+        names, sizes = [], []
+        for site, shape in self._value_sites():
+            sizes.append((site, shape, int(np.prod(shape, dtype=np.int64))))
+            for pos in np.ndindex(shape):
+                names.append(site + ("[" + ",".join(map(str, pos)) + "]" if pos else ""))
+
+        def unpack(flat):
+            flat, out, i = np.asarray(flat), {}, 0
+            for site, shape, size in sizes:
+                out[site] = np.reshape(flat[i : i + size], shape)
+                i += size
+            return out
+
+        return names, unpack

@@ -23,6 +23,7 @@ from numpyro_dais.annealed.binding import BindingGuide
 from numpyro_dais.annealed.options import Annealing, Resampling
 from numpyro_dais.annealed.posterior import queries, selfcheck
 from numpyro_dais.annealed.posterior.selfcheck import (
+    CHAIN_MEAN_TOL,
     CHAIN_STD_RATIO_TOL,
     MEAN_SHIFT_TOL,
     STD_RATIO_TOL,
@@ -261,6 +262,7 @@ class AnnealedGuide(BindingGuide):
         num_samples=2000,
         mean_tol=MEAN_SHIFT_TOL,
         std_ratio_tol=STD_RATIO_TOL,
+        chain_mean_tol=CHAIN_MEAN_TOL,
         chain_std_ratio_tol=CHAIN_STD_RATIO_TOL,
         batch_size=None,
         warn=True,
@@ -277,13 +279,15 @@ class AnnealedGuide(BindingGuide):
         symmetrised KL is narrower than the marginals of a correlated posterior: ratio
         ``(1 − ρ²)^{1/4}`` for correlation ``ρ``). The end points are ``K`` short steps
         from ``q0`` and can agree with a ``q0`` too narrow for the posterior, so where the
-        dynamics run on the full-data posterior (AutoDAIS, AutoDSMCS) it also runs 64
-        Metropolis-adjusted Langevin chains of 100 steps from ``q0`` draws, which leave the
-        posterior invariant, and their std must stay within ``[1 / chain_std_ratio_tol,
+        dynamics run on the full-data posterior (AutoDAIS, AutoDSMCS) it also runs 256
+        Metropolis-adjusted Langevin chains from ``q0`` draws (the ensemble of
+        ``sample_posterior(method="mala")``), which leave the posterior invariant: ``q0``'s
+        mean must stay within ``chain_mean_tol`` of their draws' sds
+        (``chain_mean_shift``) and their std within ``[1 / chain_std_ratio_tol,
         chain_std_ratio_tol]`` times ``q0``'s (``chain_std_ratio``). The default
         tolerances were set from a labelled set of fits against NUTS
-        (``benchmarks/self_check.py``), where no right ``q0`` failed the check. With
-        ``warn=True`` a failed check also raises a ``UserWarning`` carrying the fix.
+        (``benchmarks/self_check.py``). With ``warn=True`` a failed check also raises a
+        ``UserWarning`` carrying the fix.
         """
         num_samples = check_positive_int("num_samples", num_samples, minimum=2)
         batch_size = check_batch_size(batch_size)
@@ -298,9 +302,16 @@ class AnnealedGuide(BindingGuide):
                 runs, rng_key, fitted, args, kwargs, "importance", num_samples, batch_size
             )
         check = selfcheck.end_point_check(fitted.affine, fitted.q0, end)
-        chains = self._chains(rng_key, fitted, args, kwargs)
+        chains = self._chains(rng_key, fitted, params, args, kwargs)
         return selfcheck.transport_verdict(
-            self._subject(), check, mean_tol, std_ratio_tol, warn, chains, chain_std_ratio_tol
+            self._subject(),
+            check,
+            mean_tol,
+            std_ratio_tol,
+            warn,
+            chains,
+            chain_mean_tol,
+            chain_std_ratio_tol,
         )
 
     # -- q0 as an explicit posterior (DAIS₀) -----------------------------------------------------

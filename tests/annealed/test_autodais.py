@@ -16,9 +16,9 @@ from numpyro.infer.autoguide import AutoGuideList, AutoNormal
 from numpyro.infer.initialization import init_to_median, init_to_value
 
 from numpyro_dais import AutoDAIS
-from numpyro_dais.annealed.posterior.selfcheck import transport_verdict
+from numpyro_dais.annealed.posterior.selfcheck import ChainsCheck, transport_verdict
 from numpyro_dais.engine.annealing import dais0
-from numpyro_dais.engine.diagnostics import mala
+from numpyro_dais.engine.mcmc import mala
 from tests import models
 
 
@@ -238,26 +238,46 @@ def test_transport_verdict_fails_on_non_finite_or_diverged_end_points():
     assert "diverged from q0 for 20%" in report.message
 
 
+def _chains(shift, ratio, acceptance=0.8):
+    """A :class:`ChainsCheck` of the two coordinates ``z[0]``, ``z[1]``: q0's mean
+    ``shift`` in the chains' sds and the chains' std ``ratio`` to q0's."""
+    comparison = dais0.TransportCheck(
+        jnp.asarray(shift), -jnp.log(jnp.asarray(ratio)), jnp.asarray(1.0)
+    )
+    zeros = jnp.zeros(2)
+    info = mala.EnsembleInfo(
+        jnp.asarray(acceptance), jnp.asarray(0.5), zeros + 1, zeros, zeros, jnp.asarray(1.0),
+        jnp.asarray(0.0),
+    )  # fmt: skip
+    return ChainsCheck(comparison, ["z[0]", "z[1]"], lambda x: {"z": np.asarray(x)}, info, 1)
+
+
 def test_transport_verdict_of_the_chains():
-    """The MALA chains' verdict (engine.diagnostics.mala.relaxation_check's result): a spread
-    3 times q0's fails with the coordinate and the fix; within the tolerance, or from chains that
-    hardly moved (acceptance 5%), it passes, and the message says which."""
+    """The verdict on the self-check's chains: a spread 3 times q0's fails with the
+    coordinate and the fix, as does a q0 mean 0.9 of their sds off or a spread a third of
+    q0's; within the tolerances, or from chains that hardly moved (acceptance 5%), it
+    passes, and the message says which."""
     y = models.linear_gaussian_data()
     guide = AutoDAIS(models.linear_gaussian, K=2)
     _init_params(guide, models.linear_gaussian, y)
     good = dais0.TransportCheck(jnp.zeros(2), jnp.zeros(2), jnp.asarray(1.0))
-    chains = mala.RelaxationCheck(jnp.array([1.1, 3.0]), jnp.asarray(0.8), jnp.asarray(1.0))
+    chains = _chains([0.0, 0.1], [1.1, 3.0])
     report = transport_verdict(guide._subject(), good, 0.5, 2.0, False, chains)
     assert not report.ok and "q0 is narrower than the posterior at z[1]" in report.message
     assert "method='mala'" in report.message and "method='psis'" in report.message
-    np.testing.assert_allclose(report.chain_std_ratio["z"], [1.1, 3.0])
+    np.testing.assert_allclose(report.chain_std_ratio["z"], [1.1, 3.0], rtol=1e-6)
+    np.testing.assert_allclose(report.chain_mean_shift["z"], [0.0, 0.1])
     subject = guide._subject()
     report = transport_verdict(subject, good, 0.5, 2.0, False, chains, chain_std_ratio_tol=4.0)
-    assert report.ok and "keep its spread (largest std ratio 3.00 at z[1])" in report.message
-    stuck = chains._replace(acceptance=jnp.asarray(0.05))
+    assert report.ok and "agree (q0's mean is +0.10" in report.message
+    off = transport_verdict(subject, good, 0.5, 2.0, False, _chains([0.9, 0.0], [1.0, 1.0]))
+    assert not off.ok and "q0 is off-centre at z[0]" in off.message
+    wide = transport_verdict(subject, good, 0.5, 2.0, False, _chains([0.0, 0.0], [1.0, 0.33]))
+    assert not wide.ok and "q0 is wider than the posterior at z[1]" in wide.message
+    stuck = _chains([0.0, 0.1], [1.1, 3.0], acceptance=0.05)
     report = transport_verdict(guide._subject(), good, 0.5, 2.0, False, stuck)
-    assert report.ok and "cannot judge its spread" in report.message
-    # both checks fail: the spread's verdict and its fix lead, the importance draws (which
+    assert report.ok and "cannot judge it" in report.message
+    # both checks fail: the chains' verdict and its fix lead, the importance draws (which
     # share q0's spread) are not offered; the end points' disagreement follows
     shifted = good._replace(mean_shift=jnp.array([0.0, 0.9]))
     report = transport_verdict(guide._subject(), shifted, 0.5, 2.0, False, chains)

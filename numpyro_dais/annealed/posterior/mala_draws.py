@@ -61,25 +61,36 @@ class Start(NamedTuple):
     step_size: np.ndarray
 
 
-def first_start(dim: int, dtype) -> Start:
-    """The first round's :class:`Start`, made on the host (no program to compile) and put
-    on the device, as the rounds after it return theirs: the same input types, so that
-    every round runs the one compiled program."""
+def first_start(dim: int, dtype, num_chains: int = NUM_CHAINS) -> Start:
+    """The first round's :class:`Start` of ``num_chains`` chains, made on the host (no
+    program to compile) and put on the device, as the rounds after it return theirs: the
+    same input types, so that every round runs the one compiled program."""
     step = np.asarray(mala.default_step_size(dim), dtype)
-    return jax.device_put(Start(np.zeros((NUM_CHAINS, dim), dtype), np.ones(dim, dtype), step))
+    return jax.device_put(Start(np.zeros((num_chains, dim), dtype), np.ones(dim, dtype), step))
 
 
-def draws_per_chain(num_draws: int) -> int:
+def draws_per_chain(num_draws: int, num_chains: int = NUM_CHAINS) -> int:
     """Draws kept from each chain: at least 2, enough for ``num_draws`` across them."""
-    return max(2, math.ceil(num_draws / NUM_CHAINS))
+    return max(2, math.ceil(num_draws / num_chains))
 
 
-def runs(num_draws: int) -> float:
+def runs(num_draws: int, num_chains: int = NUM_CHAINS) -> float:
     """The runs a round's program is compiled for
-    (:func:`numpyro_dais.runtime.compilation.run_for`): its steps, counted as the
-    self-check's chains are."""
-    steps = NUM_WARMUP + THIN * draws_per_chain(num_draws)
+    (:func:`numpyro_dais.runtime.compilation.run_for`): its steps, the model's gradients,
+    counted at 1 / :data:`~numpyro_dais.runtime.compilation.GRADIENT_WORK_DISCOUNT`."""
+    steps = NUM_WARMUP + THIN * draws_per_chain(num_draws, num_chains)
     return steps / compilation.GRADIENT_WORK_DISCOUNT
+
+
+def run_rounds(run_round, start: Start, names):
+    """Rounds of the chains until they settle (:func:`unsettled`), at most
+    :data:`MAX_ROUNDS`: ``run_round(start, round_index)`` runs one and returns ``(result,
+    info, next start)``. Returns the last round's ``(result, info)`` and the rounds run."""
+    for rounds in range(1, MAX_ROUNDS + 1):
+        result, info, start = run_round(start, np.asarray(rounds - 1, np.int32))
+        if unsettled(info, names) is None:
+            break
+    return result, info, rounds
 
 
 def draw(call: Call, rng_key, num_draws: int, start: Start, round_index):
@@ -93,7 +104,7 @@ def draw(call: Call, rng_key, num_draws: int, start: Start, round_index):
     x0 = jax.random.normal(key_start, start.x.shape, start.x.dtype)
     x0 = jnp.where(round_index == 0, x0, start.x)
     log_density = lambda x: log_target(gaussian.reparameterize(q0, x))
-    n = draws_per_chain(num_draws)
+    n = draws_per_chain(num_draws, start.x.shape[0])
     x, info = mala.sample(
         key_run, log_density, x0, NUM_WARMUP, n, THIN, scale=start.scale,
         step_size=start.step_size,

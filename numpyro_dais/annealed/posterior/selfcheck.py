@@ -2,13 +2,16 @@
 
 ``q0`` (DAIS₀) is a faithful posterior only where the transitions refine it; where they
 carry a misplaced ``q0`` to the posterior instead, its draws are off while the bound is
-tight. The first time ``q0`` is used as the posterior for given ``params``
-(``sample_posterior`` with ``method="q0"``, ``median``, ``quantiles``), the guide compares it
-with its importance-resampled end points on the set-up data (a transport check of
-:data:`NUM_SAMPLES` draws) and warns, with the fix, when they disagree. For a guide whose
-target is the full-data posterior it also runs Metropolis-adjusted Langevin chains from
-``q0`` draws (:func:`numpyro_dais.engine.diagnostics.mala.relaxation_check`), which do not trust the
-learnt transitions, and warns when their spread leaves ``q0``'s.
+tight, and where the posterior is not Gaussian (a hierarchy's scale, a heavy tail) a
+Gaussian ``q0`` is too narrow. The first time ``q0`` is used as the posterior for given
+``params`` (``sample_posterior`` with ``method="q0"``, ``median``, ``quantiles``), the guide
+compares it with its importance-resampled end points on the set-up data (a transport check
+of :data:`NUM_SAMPLES` draws) and warns, with the fix, when they disagree. For a guide whose
+target is the full-data posterior it also compares ``q0`` with the draws of
+Metropolis-adjusted Langevin chains started at its draws (the ensemble of
+:mod:`~numpyro_dais.annealed.posterior.mala_draws`, :data:`CHECK_CHAINS` chains), which do
+not trust the learnt transitions and leave the posterior invariant, and warns when their
+mean or spread leaves ``q0``'s.
 """
 
 import hashlib
@@ -18,11 +21,12 @@ import jax
 import numpy as np
 
 from numpyro_dais.annealed import sampling
+from numpyro_dais.annealed.posterior import mala_draws
 from numpyro_dais.annealed.sampling import Call
-from numpyro_dais.engine.annealing import dais0
-from numpyro_dais.engine.diagnostics import mala
+from numpyro_dais.engine.annealing import dais0, gaussian
+from numpyro_dais.engine.mcmc.mala import EnsembleInfo
 from numpyro_dais.results import TransportReport
-from numpyro_dais.runtime import compilation, reporting
+from numpyro_dais.runtime import reporting
 from numpyro_dais.runtime.vectorise import jit_short_run
 
 #: importance draws of the check: the end points' mean to ~1/16 of their sd, at a cost of a
@@ -33,24 +37,52 @@ NUM_SAMPLES = 256
 #: an end point is not finite when every particle of its annealing diverged from ``q0``
 MIN_FINITE = 0.95
 
-#: MALA chains of the relaxation check and their length
-RELAX_CHAINS = 64
-RELAX_STEPS = 100
-#: The check's tolerances: the ratio of the chains' std to q0's (either way), the end
-#: points' mean shift (in their sds) and their std ratio to q0's, beyond which q0 fails.
-#: Set from the labelled fits of ``benchmarks/self_check.py`` (models × seeds × settings
-#: against NUTS; its results score each choice by its misses and false alarms): the grid's
-#: fewest misses with no false alarm, but the end points' std ratio at the next grid step
-#: up, where the lowest one passed a right fit by a hair.
-CHAIN_STD_RATIO_TOL = 1.6
+#: The self-check's chains (:mod:`~numpyro_dais.annealed.posterior.mala_draws`' ensemble,
+#: with fewer chains: it judges q0, it does not replace it) and the draws of theirs it
+#: compares q0 with (8 per chain): their mean to ~0.03 sds, their log sd to ~0.02
+CHECK_CHAINS = 256
+CHECK_DRAWS = 8 * CHECK_CHAINS
+CHECK_RUNS = mala_draws.runs(CHECK_DRAWS, CHECK_CHAINS)
+#: The check's tolerances: q0's mean shift from the chains' draws (in their sds) and the
+#: ratio of their std to q0's (either way); the end points' mean shift (in their sds) and
+#: their std ratio to q0's. Beyond any of them q0 fails. Set from the labelled fits of
+#: ``benchmarks/self_check.py`` (models × seeds × settings against NUTS; its results score
+#: each choice by its misses and false alarms).
+CHAIN_MEAN_TOL = 0.3
+CHAIN_STD_RATIO_TOL = 1.28
 MEAN_SHIFT_TOL = 0.3
 STD_RATIO_TOL = 1.5
 #: below this acceptance the chains hardly moved: the check says nothing
-RELAX_MIN_ACCEPTANCE = 0.2
-#: The runs the chains' program is compiled for (:func:`numpyro_dais.runtime.compilation.run_for`):
-#: its steps, the model's gradients, counted at
-#: 1 / :data:`~numpyro_dais.runtime.compilation.GRADIENT_WORK_DISCOUNT`.
-RELAX_RUNS = RELAX_STEPS / compilation.GRADIENT_WORK_DISCOUNT
+CHAINS_MIN_ACCEPTANCE = 0.2
+
+
+class ChainsCheck(NamedTuple):
+    """``q0`` against the self-check's chains, in the constrained space of the latent
+    sites: ``comparison`` (:func:`~numpyro_dais.engine.annealing.dais0.draws_check` of
+    ``q0``'s draws against theirs, per coordinate ``(M,)``), the coordinates' ``names``,
+    ``unpack`` (``(M,)`` to ``{site: array}``), the ensemble's ``info`` and the ``rounds`` it
+    ran."""
+
+    comparison: dais0.TransportCheck
+    names: list
+    unpack: object
+    info: EnsembleInfo
+    rounds: int
+
+
+def chains_round(call: Call, rng_key, start: mala_draws.Start, round_index, values):
+    """Round ``round_index`` of :data:`CHECK_CHAINS` chains on the call's dynamics (the
+    full-data posterior; :func:`~numpyro_dais.annealed.posterior.mala_draws.draw`):
+    ``(comparison, info, next start)``, ``comparison`` the
+    :func:`~numpyro_dais.engine.annealing.dais0.draws_check` of :data:`CHECK_DRAWS` ``q0``
+    draws against as many of the chains', both mapped by ``values`` (``z (S, D)`` to the
+    flat constrained latent values ``(S, M)``: what a user reads). Meaningful where the
+    dynamics run on the full-data posterior (not a surrogate, not a mini-batch)."""
+    key_q0, key_chains = jax.random.split(rng_key)
+    z, info, following = mala_draws.draw(call, key_chains, CHECK_DRAWS, start, round_index)
+    q0 = sampling.in_z(call.fitted.affine, call.fitted.q0)
+    z_q0 = gaussian.sample(key_q0, q0, (CHECK_DRAWS,))
+    return dais0.draws_check(values(z_q0), values(z)), info, following
 
 
 def _fingerprint(params) -> str | None:
@@ -86,17 +118,6 @@ def warn_if_failed(report: TransportReport) -> TransportReport:
     return report
 
 
-def relaxation(call: Call, rng_key) -> mala.RelaxationCheck:
-    """:func:`numpyro_dais.engine.diagnostics.mala.relaxation_check` of the call's ``q0`` on its
-    dynamics (:data:`RELAX_CHAINS` chains of :data:`RELAX_STEPS`, from ``rng_key`` folded with
-    1: the end points it is compared with use ``rng_key`` itself). Meaningful where the
-    dynamics run on the full-data posterior (not a surrogate, not a mini-batch)."""
-    key_target, key_run = jax.random.split(jax.random.fold_in(rng_key, 1))
-    log_target = call.target.dynamics(key_target)
-    q0 = sampling.in_z(call.fitted.affine, call.fitted.q0)
-    return mala.relaxation_check(key_run, q0, log_target, RELAX_CHAINS, RELAX_STEPS)
-
-
 class Subject(NamedTuple):
     """What a verdict says of the guide it judges: its class ``name``, the ``names`` of the
     flat coordinates, ``unpack`` (flat ``(D,)`` to a dict by site) and the options its fix
@@ -114,57 +135,76 @@ def _farthest_from_one(ratio) -> int:
     return int(np.argmax(np.abs(np.log(np.where(np.isfinite(ratio), ratio, 1.0)))))
 
 
-def _chains_verdict(name, names, chains, std_ratio_tol, end_points_ok):
-    """``(ok, std ratio (D,) or None, message)``: whether the chains' std stays within
-    ``[1 / std_ratio_tol, std_ratio_tol]`` times ``q0``'s in every coordinate of ``z`` (or
-    the chains cannot say: they hardly moved, or diverged), and what to add to the verdict
-    (with the fix when not ok; ``""`` when not run). ``name``: the guide's class name;
-    ``names``: the coordinates of ``z``."""
+class _ChainsVerdict(NamedTuple):
+    ok: bool
+    mean_shift: np.ndarray | None
+    std_ratio: np.ndarray | None
+    message: str
+    spread_ok: bool = True
+
+
+def _chains_verdict(name, chains, mean_tol, std_ratio_tol, end_points_ok):
+    """Whether ``q0``'s mean stays within ``mean_tol`` of the chains' draws' sds and the
+    chains' std within ``[1 / std_ratio_tol, std_ratio_tol]`` times ``q0``'s in every
+    constrained coordinate (or the chains cannot say: they hardly moved, or diverged), and
+    what to add to the verdict (with the fix when not ok; ``""`` when not run). ``name``:
+    the guide's class name."""
     if chains is None:
-        return True, None, ""
-    ratio = np.asarray(chains.std_ratio)
-    acceptance = float(chains.acceptance)
-    if acceptance < RELAX_MIN_ACCEPTANCE or float(chains.finite_fraction) < MIN_FINITE:
-        return (
+        return _ChainsVerdict(True, None, None, "")
+    comparison, info, names = chains.comparison, chains.info, chains.names
+    shift = np.asarray(comparison.mean_shift)
+    ratio = np.exp(-np.asarray(comparison.log_std_ratio))  # the chains' std over q0's
+    acceptance = float(info.acceptance)
+    if acceptance < CHAINS_MIN_ACCEPTANCE or float(info.finite_fraction) < MIN_FINITE:
+        return _ChainsVerdict(
             True,
+            shift,
             ratio,
             (
                 f" MALA chains from its draws accepted {acceptance:.0%} of their moves (or "
-                "diverged) and cannot judge its spread."
+                "diverged) and cannot judge it."
             ),
         )
-    j = _farthest_from_one(ratio)
-    coordinate = names[j]
-    if 1.0 / std_ratio_tol <= ratio[j] <= std_ratio_tol:
-        return (
-            True,
-            ratio,
-            (
-                f" MALA chains from its draws keep its spread (largest std ratio {ratio[j]:.2f} "
-                f"at {coordinate})."
-            ),
+    i, j = int(np.argmax(np.nan_to_num(np.abs(shift), nan=np.inf))), _farthest_from_one(ratio)
+    mean_ok = bool(np.abs(shift[i]) <= mean_tol)
+    spread_ok = bool(1.0 / std_ratio_tol <= ratio[j] <= std_ratio_tol)
+    found = (
+        f"q0's mean is {shift[i]:+.2f} of their sds from theirs at {names[i]}, their std "
+        f"{ratio[j]:.2f} times q0's at {names[j]}"
+    )
+    if mean_ok and spread_ok:
+        return _ChainsVerdict(
+            True, shift, ratio, f" Metropolis-adjusted chains from its draws agree ({found})."
         )
     wider = ratio[j] > 1.0
+    what = (
+        f"q0 is {'narrower' if wider else 'wider'} than the posterior at {names[j]}"
+        if not spread_ok
+        else f"q0 is off-centre at {names[i]}"
+    )
     end_points = (
         ", while the annealed end points, a few uncorrected steps from q0, stay near it"
         if end_points_ok
         else ""
     )
-    return (
+    # a q0 off-centre whose end points moved away from it (transported): the importance
+    # draws may be right; a spread they share, or end points near q0, makes them off too
+    importance = ", and the 'importance' draws with them," if end_points_ok or not spread_ok else ""
+    steps = chains.rounds * mala_draws.NUM_WARMUP
+    return _ChainsVerdict(
         False,
+        shift,
         ratio,
         (
-            f"{name}: q0 is {'narrower' if wider else 'wider'} than the "
-            f"posterior at {coordinate}: Metropolis-adjusted Langevin chains started at q0 draws "
-            f"spread to {ratio[j]:.2f} times q0's std there within {RELAX_STEPS} steps "
-            f"(tolerance a ratio of {std_ratio_tol:g}){end_points}. q0 draws (DAIS₀, median, "
-            f"quantiles), and the 'importance' draws with them, "
-            f"{'understate' if wider else 'overstate'} the uncertainty there. Fix: draw with "
+            f"{name}: {what}: Metropolis-adjusted Langevin chains started at q0 draws, which "
+            f"leave the posterior invariant, moved away from it in {steps} steps ({found}; "
+            f"tolerances {mean_tol:g} sds and a ratio of {std_ratio_tol:g}){end_points}. q0 "
+            f"draws (DAIS₀, median, quantiles){importance} are off there. Fix: draw with "
             "sample_posterior(..., method='mala'), Metropolis-adjusted chains from q0 draws "
-            "that correct its spread (they warn if they had not settled); or "
-            "method='psis', which reweights the end points of many particle systems and "
-            "reports its Pareto k̂."
+            "that correct it (they warn if they had not settled); or method='psis', which "
+            "reweights the end points of many particle systems and reports its Pareto k̂."
         ),
+        spread_ok,
     )
 
 
@@ -177,12 +217,19 @@ def end_point_check(affine, q0, z_end):
 
 
 def transport_verdict(
-    subject: Subject, check, mean_tol, std_ratio_tol, warn, chains=None, chain_std_ratio_tol=None
+    subject: Subject,
+    check,
+    mean_tol,
+    std_ratio_tol,
+    warn,
+    chains: ChainsCheck | None = None,
+    chain_mean_tol=CHAIN_MEAN_TOL,
+    chain_std_ratio_tol=CHAIN_STD_RATIO_TOL,
 ) -> TransportReport:
     """The :class:`TransportReport` of a :func:`numpyro_dais.engine.annealing.dais0.transport_check`
     result ``check`` (q0 against the end points, per unconstrained coordinate) and of
-    ``chains`` (:func:`relaxation`, ``None``: not run), with the fix in its message; a
-    ``UserWarning`` too when it fails and ``warn``."""
+    ``chains`` (:func:`chains_round`'s last round, ``None``: not run), with the fix in its
+    message; a ``UserWarning`` too when it fails and ``warn``."""
     shift, ratio = np.asarray(check.mean_shift), np.exp(np.asarray(check.log_std_ratio))
     finite = float(check.finite_fraction)
     names = subject.names
@@ -199,9 +246,8 @@ def transport_verdict(
     if finite < 1.0:
         summary += f"; {1.0 - finite:.0%} of the end points diverged and are left out"
     name = subject.name
-    chain_tol = CHAIN_STD_RATIO_TOL if chain_std_ratio_tol is None else chain_std_ratio_tol
-    chains_ok, chain_ratio, chains_message = _chains_verdict(
-        name, names, chains, chain_tol, end_points_ok
+    chains_ok, chain_shift, chain_ratio, chains_message, spread_ok = _chains_verdict(
+        name, chains, chain_mean_tol, chain_std_ratio_tol, end_points_ok
     )
     ok = end_points_ok and chains_ok
     if end_points_ok:
@@ -239,7 +285,8 @@ def transport_verdict(
             )
     if not chains_ok and end_points_ok:
         message = chains_message
-    elif not chains_ok and finite < MIN_FINITE:  # the divergences first
+    elif not chains_ok and (finite < MIN_FINITE or spread_ok):
+        # the divergences first; or a transported q0, whose end points are the fix
         message = f"{message} Also: {chains_message}"
     elif not chains_ok:
         # lead with the spread, whose fix (psis) serves both checks: the importance draws,
@@ -248,5 +295,8 @@ def transport_verdict(
     if warn and not ok:
         reporting.warn(message, UserWarning)
     unpack = lambda x: {k: np.asarray(v) for k, v in subject.unpack(x).items()}
-    chain_ratio = None if chain_ratio is None else unpack(chain_ratio)
-    return TransportReport(ok, unpack(shift), unpack(ratio), names[i], message, chain_ratio)
+    if chains is not None:
+        chain_shift, chain_ratio = chains.unpack(chain_shift), chains.unpack(chain_ratio)
+    return TransportReport(
+        ok, unpack(shift), unpack(ratio), names[i], message, chain_ratio, chain_shift
+    )

@@ -15,7 +15,12 @@ sampler, its importance weights and the DAIS₀ objective of ``q0``.
 """
 
 from numpyro_dais.engine.annealing.dais import omit_final, over_particles
-from numpyro_dais.engine.annealing.dais0 import TransportCheck, symmetrized_kl, transport_check
+from numpyro_dais.engine.annealing.dais0 import (
+    TransportCheck,
+    draws_check,
+    symmetrized_kl,
+    transport_check,
+)
 from numpyro_dais.engine.annealing.gaussian import Gaussian
 from numpyro_dais.engine.annealing.minibatch import without_replacement
 from numpyro_dais.engine.annealing.path import betas_from_increments, log_gamma
@@ -46,5 +51,6 @@ __all__ = [
     "over_particles",
     "symmetrized_kl",
     "transport_check",
+    "draws_check",
     "without_replacement",
 ]

@@ -71,6 +71,16 @@ class TransportCheck(NamedTuple):
     """``()`` the fraction of end points that are finite (the moments are theirs)."""
 
 
+def _finite_moments(z):
+    """Mean ``(D,)``, std ``(D,)`` and finite fraction ``()`` of the rows of ``z (S, D)``
+    with every entry finite."""
+    finite = jnp.all(jnp.isfinite(z), axis=-1, keepdims=True)
+    count = jnp.sum(finite)
+    mean = jnp.sum(jnp.where(finite, z, 0.0), axis=0) / count
+    std = jnp.sqrt(jnp.sum(jnp.where(finite, (z - mean) ** 2, 0.0), axis=0) / count)
+    return mean, std, count / z.shape[0]
+
+
 def transport_check(q0: gaussian.Gaussian, z_end: jax.Array) -> TransportCheck:
     """Compare ``q0`` with draws ``z_end (S, D)`` of the (importance-resampled) end points,
     over the finite ones (an end point whose every particle diverged is not finite).
@@ -78,12 +88,22 @@ def transport_check(q0: gaussian.Gaussian, z_end: jax.Array) -> TransportCheck:
     When the learned transitions carry particles a long way, ``q0`` can sit far from the
     posterior while the end points are right; a large ``|mean_shift|`` says so.
     """
-    finite = jnp.all(jnp.isfinite(z_end), axis=-1, keepdims=True)
-    count = jnp.sum(finite)
-    mean = jnp.sum(jnp.where(finite, z_end, 0.0), axis=0) / count
-    std = jnp.sqrt(jnp.sum(jnp.where(finite, (z_end - mean) ** 2, 0.0), axis=0) / count)
+    mean, std, finite_fraction = _finite_moments(z_end)
     return TransportCheck(
         mean_shift=(q0.loc - mean) / std,
         log_std_ratio=jnp.log(gaussian.marginal_std(q0) / std),
-        finite_fraction=count / z_end.shape[0],
+        finite_fraction=finite_fraction,
+    )
+
+
+def draws_check(draws: jax.Array, reference: jax.Array) -> TransportCheck:
+    """:func:`transport_check` of ``draws (S, M)`` (e.g. ``q0``'s, constrained) against
+    ``reference (R, M)`` draws: ``mean_shift`` in the reference's sds, ``log_std_ratio``
+    ``log(std_draws / std_reference)``, ``finite_fraction`` the reference's."""
+    mean, std, _ = _finite_moments(draws)
+    ref_mean, ref_std, finite_fraction = _finite_moments(reference)
+    return TransportCheck(
+        mean_shift=(mean - ref_mean) / ref_std,
+        log_std_ratio=jnp.log(std / ref_std),
+        finite_fraction=finite_fraction,
     )

@@ -122,3 +122,19 @@ def test_transport_check_leaves_out_end_points_that_diverged():
     np.testing.assert_allclose(check.log_std_ratio, expected.log_std_ratio, rtol=1e-5)
     np.testing.assert_allclose(check.finite_fraction, 299 / 400)
     assert float(dais0.transport_check(q0, z).finite_fraction) == 1.0
+
+
+def test_draws_check_is_the_transport_check_of_the_draws_moments():
+    """``draws_check(draws, reference)`` is ``transport_check`` of a Gaussian with the
+    draws' finite moments (exactly, up to float32 rounding), and takes the finite fraction
+    of the reference."""
+    z = jax.random.multivariate_normal(jax.random.key(3), M, COV, (400,))
+    x = jax.random.multivariate_normal(jax.random.key(4), M + 1.0, 2.0 * COV, (300,))
+    reference = z.at[::4].set(jnp.nan)
+    check = dais0.draws_check(x.at[0, 1].set(jnp.inf), reference)
+    finite = x[1:]
+    moments = gaussian.Gaussian(finite.mean(0), finite.std(0))
+    expected = dais0.transport_check(moments, reference)
+    np.testing.assert_allclose(check.mean_shift, expected.mean_shift, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(check.log_std_ratio, expected.log_std_ratio, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(check.finite_fraction, 300 / 400)

@@ -67,3 +67,29 @@ def test_chains_stuck_where_the_density_is_nan_restart_during_warm_up():
     assert float(info.finite_fraction) == 1.0
     assert np.all(np.asarray(draws)[..., 2] > 0)
     assert float(info.nonfinite_proposals) > 0.01
+
+
+def test_mala_step_keeps_the_target_invariant():
+    """Exact draws of the target stay draws of it after 20 MH-corrected steps: means and
+    sds within 5 Monte Carlo standard errors of 4000 chains (0.08 sd), for a proposal far
+    from the target's shape (identity covariance, step 1)."""
+    key_start, key_run = jax.random.split(jax.random.key(0))
+    x = jax.random.multivariate_normal(key_start, M, COV, (4000,))
+
+    keys = jax.random.split(key_run, 4000)
+    state, acceptance, _ = jax.vmap(lambda *a: mala.run_chain(log_p, 1.0, *a, 20))(x, keys)
+    z = state.x
+    assert 0.2 < float(acceptance.mean()) < 0.95
+    assert np.all(np.abs(np.asarray(z.mean(0) - M)) < 0.08 * np.asarray(SD))
+    np.testing.assert_allclose(z.std(0), SD, rtol=0.08)
+
+
+def test_a_chain_never_enters_where_the_density_is_not_finite():
+    """A target that is -inf for x[0] < 0: a chain never accepts a move there (the ratio is
+    -inf, and a NaN ratio rejects), so every chain that starts inside stays finite."""
+    log_half = lambda x: jnp.where(x[0] > 0, log_p(x), -jnp.inf)
+    x0 = jnp.tile(jnp.array([3.0, -2.0, 0.5]), (64, 1))
+    keys = jax.random.split(jax.random.key(2), 64)
+    state, _, _ = jax.vmap(lambda *a: mala.run_chain(log_half, 0.3, *a, 50))(x0, keys)
+    assert np.all(np.asarray(state.x[:, 0]) > 0)
+    assert np.all(np.isfinite(np.asarray(state.log_density)))
