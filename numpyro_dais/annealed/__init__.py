@@ -22,8 +22,7 @@ the guide:
 * :mod:`~numpyro_dais.annealed.objective` — the bound, the DAIS₀ term, the divergence brake;
 * :mod:`~numpyro_dais.annealed.posterior` — the posterior queries: importance draws through
   one compiled program, the draws' warnings, ``q0`` as a distribution (``queries``); the
-  MALA relaxation and the transport check's verdict (``selfcheck``); MALA draws from ``q0``
-  (``mala_draws``).
+  self-check's chains and verdict (``selfcheck``); MALA draws from ``q0`` (``mala_draws``).
 """
 
 from numpyro_dais.annealed.autodais import AutoDAIS

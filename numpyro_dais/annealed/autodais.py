@@ -83,11 +83,11 @@ class AutoDAIS(AnnealedGuide):
     :param bool self_check: the first time given ``params`` are used for ``q0`` draws
         (``sample_posterior`` with ``method="q0"``, ``median``, ``quantiles``), compare
         ``q0`` with 256 importance-resampled end points on the set-up data
-        (``transport_check``), run 64 Metropolis-adjusted Langevin chains of 100 steps from
-        ``q0`` draws on the posterior, and warn, with the fix, when the end points disagree
-        with ``q0`` or the chains spread beyond 1.6 times its std (a ``q0`` too narrow for
-        the posterior, which the end points, a few steps from ``q0``, can miss); the
-        tolerances are ``transport_check``'s defaults.
+        (``transport_check``) and with the draws of 256 Metropolis-adjusted Langevin chains
+        started at ``q0`` draws on the posterior (``method="mala"``'s ensemble), and warn,
+        with the fix, when either disagrees with ``q0`` (a ``q0`` too narrow for the
+        posterior, which the end points, a few steps from ``q0``, can miss); the tolerances
+        are ``transport_check``'s defaults.
     :param jax.sharding.Mesh mesh: split the training bound's ``N`` particles evenly over
         the mesh's devices (its size must divide ``num_particles``); XLA partitions the
         annealing, and loss and gradients equal the one-device run's for the same key. With

@@ -5,6 +5,7 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import optax
@@ -12,6 +13,7 @@ import pytest
 from numpyro.infer import SVI, Trace_ELBO, init_to_value
 
 from numpyro_dais import AutoDAIS, AutoDSMCS
+from numpyro_dais.annealed import sampling
 
 Y = jnp.array([0.8, 1.3, 0.2, 1.9, 1.1, 0.7])
 
@@ -65,7 +67,9 @@ def test_a_misplaced_q0_gives_heavy_tailed_weights_and_a_warning():
     )
     svi = SVI(model, guide, optax.adam(1e-2), Trace_ELBO())
     params = svi.get_params(svi.init(jax.random.key(0), Y))
-    with pytest.warns(RuntimeWarning, match=r"Pareto k̂ = .* of log_evidence's weights") as got:
+    # confirmed on a fresh sample of four times the particles before it warns
+    match = r"Pareto k̂ = .* of log_evidence's weights \(S = 8000\)"
+    with pytest.warns(RuntimeWarning, match=match) as got:
         ev = guide.log_evidence(jax.random.key(1), params, Y, num_particles=2000)
     assert float(ev.pareto_k) > 0.7
     # the warning names the user's line, not the library's (nor ``sys:1``)
@@ -81,6 +85,34 @@ def test_a_misplaced_q0_gives_heavy_tailed_weights_and_a_warning():
         )
     assert float(k) > 0.7
     assert {w.filename for w in got if "Pareto" in str(w.message)} == {__file__}
+
+
+def test_a_k_hat_past_its_threshold_by_chance_is_judged_again_on_four_times_the_particles(
+    trained, monkeypatch
+):
+    """k̂ of S weights is noisy (about ±0.15 at S = 1000 around a threshold of 0.67), so a
+    first k̂ past the threshold (forced here) makes ``log_evidence`` draw a fresh sample of
+    4S particles: it returns that estimate, exactly the one of asking for 4S with the key
+    folded with 1, and warns only if its k̂ is past too (a light tail here: no warning)."""
+    guide, params = trained
+    judged = []
+
+    def first_past(k, num_draws):
+        judged.append(num_draws)
+        return len(judged) == 1 or real(k, num_draws)
+
+    real = sampling.heavy_tailed
+    monkeypatch.setattr(sampling, "heavy_tailed", first_past)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        ev = guide.log_evidence(jax.random.key(1), params, Y, num_particles=500)
+    assert judged == [500]
+    monkeypatch.undo()
+    again = guide.log_evidence(
+        jax.random.fold_in(jax.random.key(1), 1), params, Y, num_particles=2000
+    )
+    np.testing.assert_allclose(ev.log_Z, again.log_Z, rtol=1e-6)
+    np.testing.assert_allclose(ev.pareto_k, again.pareto_k, rtol=1e-6)
 
 
 def test_numpyros_psis_diagnostic_judges_our_extended_space_weights():

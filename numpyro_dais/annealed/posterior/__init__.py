@@ -3,8 +3,8 @@
 
 * :mod:`~numpyro_dais.annealed.posterior.queries` — importance draws through one compiled
   program, the checks of draws and evidence, and ``q0`` as a NumPyro distribution;
-* :mod:`~numpyro_dais.annealed.posterior.selfcheck` — the MALA relaxation and the transport
-  check's verdict behind the self-check of ``q0``;
+* :mod:`~numpyro_dais.annealed.posterior.selfcheck` — the self-check of ``q0``: its MALA
+  chains (``mala_draws``' ensemble) and the verdict on them and on the end points;
 * :mod:`~numpyro_dais.annealed.posterior.mala_draws` — ``sample_posterior(method="mala")``:
   rounds of an adapted ensemble of MALA chains from ``q0`` draws.
 """
