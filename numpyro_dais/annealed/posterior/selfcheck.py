@@ -47,9 +47,10 @@ CHECK_RUNS = mala_draws.runs(CHECK_DRAWS, CHECK_CHAINS)
 #: ratio of their std to q0's (either way); the end points' mean shift (in their sds) and
 #: their std ratio to q0's. Beyond any of them q0 fails. Set from the labelled fits of
 #: ``benchmarks/self_check.py`` (models × seeds × settings against NUTS; its results score
-#: each choice by its misses and false alarms).
-CHAIN_MEAN_TOL = 0.3
-CHAIN_STD_RATIO_TOL = 1.28
+#: each choice by its misses and false alarms): the fewest misses with false alarms at
+#: most a few percent, checked on a hold-out set of new seeds.
+CHAIN_MEAN_TOL = 0.2
+CHAIN_STD_RATIO_TOL = 1.3
 MEAN_SHIFT_TOL = 0.3
 STD_RATIO_TOL = 1.5
 #: below this acceptance the chains hardly moved: the check says nothing

@@ -96,12 +96,22 @@ def transport_check(q0: gaussian.Gaussian, z_end: jax.Array) -> TransportCheck:
     )
 
 
+#: the relative spread below which a coordinate of draws counts as constant (float32's
+#: rounding, ~1e-7, with room): e.g. ``L[0, 0] = 1`` of a Cholesky factor of a correlation
+#: matrix, which neither shifts nor spreads
+CONSTANT = 1e-5
+
+
 def draws_check(draws: jax.Array, reference: jax.Array) -> TransportCheck:
     """:func:`transport_check` of ``draws (S, M)`` (e.g. ``q0``'s, constrained) against
     ``reference (R, M)`` draws: ``mean_shift`` in the reference's sds, ``log_std_ratio``
-    ``log(std_draws / std_reference)``, ``finite_fraction`` the reference's."""
+    ``log(std_draws / std_reference)``, ``finite_fraction`` the reference's. Both stds are
+    floored at :data:`CONSTANT` times ``1 + |reference mean|``, so that a coordinate
+    constant in both gives 0 and 0 rather than NaN."""
     mean, std, _ = _finite_moments(draws)
     ref_mean, ref_std, finite_fraction = _finite_moments(reference)
+    floor = CONSTANT * (1.0 + jnp.abs(ref_mean))
+    std, ref_std = jnp.maximum(std, floor), jnp.maximum(ref_std, floor)
     return TransportCheck(
         mean_shift=(mean - ref_mean) / ref_std,
         log_std_ratio=jnp.log(std / ref_std),

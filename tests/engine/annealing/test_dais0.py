@@ -138,3 +138,14 @@ def test_draws_check_is_the_transport_check_of_the_draws_moments():
     np.testing.assert_allclose(check.mean_shift, expected.mean_shift, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(check.log_std_ratio, expected.log_std_ratio, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(check.finite_fraction, 300 / 400)
+
+
+def test_draws_check_of_a_constant_coordinate_is_zero_not_nan():
+    """A coordinate constant in both sets of draws (``L[0, 0] = 1`` of a correlation
+    matrix's Cholesky factor, up to float32 rounding) neither shifts nor spreads: 0, 0."""
+    z = jax.random.normal(jax.random.key(3), (400, 2))
+    x = jax.random.normal(jax.random.key(4), (300, 2))
+    one = lambda a: a.at[:, 0].set(1.0 + 1e-7 * jnp.sign(a[:, 0]))
+    check = dais0.draws_check(one(x), one(z))
+    assert np.all(np.isfinite(np.asarray(check.mean_shift)))
+    assert abs(float(check.mean_shift[0])) < 0.05 and abs(float(check.log_std_ratio[0])) < 0.05
