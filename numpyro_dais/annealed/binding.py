@@ -26,6 +26,7 @@ from numpyro_dais.bridge import numpyro_private
 from numpyro_dais.bridge.autoguide import ContinuousGuide
 from numpyro_dais.bridge.modelview import hierarchical_normal_sites
 from numpyro_dais.results import TransportReport
+from numpyro_dais.runtime import compilation
 
 
 class BindingGuide(ContinuousGuide):
@@ -351,11 +352,17 @@ class BindingGuide(ContinuousGuide):
         dynamics do not run on the full-data posterior (a surrogate, a mini-batch)."""
         if self._target.supports_subsampling:
             return None
+        probe = jax.jit(self._bound_call(selfcheck.gradient))
+        gradient_flops = compilation.flops(probe.lower(rng_key, fitted, args, kwargs))
+        num_chains = selfcheck.num_check_chains(gradient_flops)
+        if num_chains is None:
+            return selfcheck.skipped(gradient_flops)
         program = self._compiled(self._chains_round, "chains_round")
-        start = mala_draws.first_start(self.latent_dim, fitted.q0.loc.dtype, selfcheck.CHECK_CHAINS)
+        start = mala_draws.first_start(self.latent_dim, fitted.q0.loc.dtype, num_chains)
+        runs = mala_draws.runs(selfcheck.CHECK_DRAWS, num_chains)
         operands = (jax.random.fold_in(rng_key, 1), fitted, params, args, kwargs)
         comparison, info, rounds = mala_draws.run_rounds(
-            lambda start, index: program.run_for(selfcheck.CHECK_RUNS, *operands, start, index),
+            lambda start, index: program.run_for(runs, *operands, start, index),
             start,
             self._coordinate_names(),
         )

@@ -17,6 +17,7 @@ from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO
 
 from numpyro_dais import AutoDAIS
 from numpyro_dais.annealed.objective import divergence_brake
+from numpyro_dais.annealed.posterior import mala_draws, selfcheck
 from numpyro_dais.engine.setup import refinement
 from tests import models
 
@@ -310,6 +311,36 @@ def test_a_q0_narrower_than_the_posterior_is_loud_though_the_end_points_agree():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         guide.median(right)
+
+
+def test_the_self_checks_chains_fit_a_budget_of_the_models_flops(monkeypatch):
+    """The chains are as many as the budget of flops affords (a power of two from 32 to
+    256), none where even 32 would exceed it: the report then says that they did not run,
+    and why, and judges q0 by its end points alone."""
+
+    def cost(num_chains, flops):
+        draws = selfcheck.CHECK_DRAWS // num_chains
+        return num_chains * (mala_draws.NUM_WARMUP + mala_draws.THIN * draws) * flops
+
+    budget = selfcheck.CHECK_BUDGET
+    assert selfcheck.num_check_chains(1e2) == selfcheck.MAX_CHECK_CHAINS
+    for flops in np.geomspace(1e2, 1e8, 25):
+        chains = selfcheck.num_check_chains(flops)
+        if chains is None:
+            assert cost(selfcheck.MIN_CHECK_CHAINS, flops) > budget
+        else:
+            assert cost(chains, flops) <= budget and chains & (chains - 1) == 0
+            assert chains == selfcheck.MAX_CHECK_CHAINS or cost(2 * chains, flops) > budget
+    assert selfcheck.num_check_chains(float("inf")) is None  # no cost analysis: not run
+    y = models.linear_gaussian_data()
+    guide = AutoDAIS(models.linear_gaussian, K=4)
+    svi = _svi(models.linear_gaussian, guide)
+    params = svi.get_params(svi.init(jax.random.key(0), y))
+    monkeypatch.setattr(selfcheck, "CHECK_BUDGET", 1.0)
+    report = guide.transport_check(jax.random.key(0), params, y, warn=False)
+    assert report.chain_std_ratio is None and report.chain_mean_shift is None
+    assert "Metropolis-adjusted chains from its draws did not run" in report.message
+    assert "method='mala'" in report.message
 
 
 @pytest.mark.filterwarnings("ignore:.*could not be fitted")  # the weights' k̂: all diverged

@@ -9,7 +9,8 @@ compares it with its importance-resampled end points on the set-up data (a trans
 of :data:`NUM_SAMPLES` draws) and warns, with the fix, when they disagree. For a guide whose
 target is the full-data posterior it also compares ``q0`` with the draws of
 Metropolis-adjusted Langevin chains started at its draws (the ensemble of
-:mod:`~numpyro_dais.annealed.posterior.mala_draws`, :data:`CHECK_CHAINS` chains), which do
+:mod:`~numpyro_dais.annealed.posterior.mala_draws`, up to :data:`MAX_CHECK_CHAINS` chains
+within a budget of the model's flops), which do
 not trust the learnt transitions and leave the posterior invariant, and warns when their
 mean or spread leaves ``q0``'s.
 """
@@ -40,9 +41,36 @@ MIN_FINITE = 0.95
 #: The self-check's chains (:mod:`~numpyro_dais.annealed.posterior.mala_draws`' ensemble,
 #: with fewer chains: it judges q0, it does not replace it) and the draws of theirs it
 #: compares q0 with (8 per chain): their mean to ~0.03 sds, their log sd to ~0.02
-CHECK_CHAINS = 256
-CHECK_DRAWS = 8 * CHECK_CHAINS
-CHECK_RUNS = mala_draws.runs(CHECK_DRAWS, CHECK_CHAINS)
+#: (fewer where the model is costly, :func:`num_check_chains`)
+MAX_CHECK_CHAINS = 256
+MIN_CHECK_CHAINS = 32
+CHECK_DRAWS = 8 * MAX_CHECK_CHAINS
+#: the flops a round of the chains may cost (a few seconds on two CPU cores): where even
+#: :data:`MIN_CHECK_CHAINS` chains would cost more (a model over 10⁵ rows), they do not run
+CHECK_BUDGET = 5e9
+
+
+def num_check_chains(gradient_flops: float) -> int | None:
+    """The self-check's chains for a model whose log density and gradient cost
+    ``gradient_flops``: the largest power of two in ``[MIN_CHECK_CHAINS,
+    MAX_CHECK_CHAINS]`` whose round (:data:`CHECK_DRAWS` draws across the chains) stays
+    within :data:`CHECK_BUDGET`; ``None`` where even the fewest do not."""
+    num_chains = MAX_CHECK_CHAINS
+    while num_chains >= MIN_CHECK_CHAINS:
+        steps = mala_draws.NUM_WARMUP + mala_draws.THIN * CHECK_DRAWS // num_chains
+        if num_chains * steps * gradient_flops <= CHECK_BUDGET:
+            return num_chains
+        num_chains //= 2
+    return None
+
+
+def gradient(call: Call, rng_key):
+    """The call's log density and its gradient at ``q0``'s mean: the program whose flops
+    (:func:`numpyro_dais.runtime.compilation.flops`) size the chains."""
+    q0 = sampling.in_z(call.fitted.affine, call.fitted.q0)
+    return jax.value_and_grad(call.target.dynamics(rng_key))(q0.loc)
+
+
 #: The check's tolerances: q0's mean shift from the chains' draws (in their sds) and the
 #: ratio of their std to q0's (either way); the end points' mean shift (in their sds) and
 #: their std ratio to q0's. Beyond any of them q0 fails. Set from the labelled fits of
@@ -62,17 +90,29 @@ class ChainsCheck(NamedTuple):
     sites: ``comparison`` (:func:`~numpyro_dais.engine.annealing.dais0.draws_check` of
     ``q0``'s draws against theirs, per coordinate ``(M,)``), the coordinates' ``names``,
     ``unpack`` (``(M,)`` to ``{site: array}``), the ensemble's ``info`` and the ``rounds`` it
-    ran."""
+    ran; or, where they did not run, ``skipped``: why."""
 
-    comparison: dais0.TransportCheck
+    comparison: dais0.TransportCheck | None
     names: list
     unpack: object
-    info: EnsembleInfo
+    info: EnsembleInfo | None
     rounds: int
+    skipped: str | None = None
+
+
+def skipped(gradient_flops: float) -> ChainsCheck:
+    """The :class:`ChainsCheck` of chains too costly to run for the check."""
+    why = (
+        f" Metropolis-adjusted chains from its draws did not run: a gradient of the model "
+        f"costs {gradient_flops:.1e} flops, and {MIN_CHECK_CHAINS} chains would exceed the "
+        f"check's budget of {CHECK_BUDGET:.0e}; where the posterior may not be Gaussian, "
+        "compare with sample_posterior(..., method='mala') draws."
+    )
+    return ChainsCheck(None, [], None, None, 0, why)
 
 
 def chains_round(call: Call, rng_key, start: mala_draws.Start, round_index, values):
-    """Round ``round_index`` of :data:`CHECK_CHAINS` chains on the call's dynamics (the
+    """Round ``round_index`` of the chains of ``start`` on the call's dynamics (the
     full-data posterior; :func:`~numpyro_dais.annealed.posterior.mala_draws.draw`):
     ``(comparison, info, next start)``, ``comparison`` the
     :func:`~numpyro_dais.engine.annealing.dais0.draws_check` of :data:`CHECK_DRAWS` ``q0``
@@ -152,6 +192,8 @@ def _chains_verdict(name, chains, mean_tol, std_ratio_tol, end_points_ok):
     the guide's class name."""
     if chains is None:
         return _ChainsVerdict(True, None, None, "")
+    if chains.skipped is not None:
+        return _ChainsVerdict(True, None, None, chains.skipped)
     comparison, info, names = chains.comparison, chains.info, chains.names
     shift = np.asarray(comparison.mean_shift)
     ratio = np.exp(-np.asarray(comparison.log_std_ratio))  # the chains' std over q0's
@@ -296,7 +338,7 @@ def transport_verdict(
     if warn and not ok:
         reporting.warn(message, UserWarning)
     unpack = lambda x: {k: np.asarray(v) for k, v in subject.unpack(x).items()}
-    if chains is not None:
+    if chain_shift is not None:
         chain_shift, chain_ratio = chains.unpack(chain_shift), chains.unpack(chain_ratio)
     return TransportReport(
         ok, unpack(shift), unpack(ratio), names[i], message, chain_ratio, chain_shift
