@@ -78,7 +78,7 @@ def gradient(call: Call, rng_key):
 #: each choice by its misses and false alarms): the fewest misses with false alarms at
 #: most a few percent, checked on a hold-out set of new seeds.
 CHAIN_MEAN_TOL = 0.2
-CHAIN_STD_RATIO_TOL = 1.3
+CHAIN_STD_RATIO_TOL = 1.28
 MEAN_SHIFT_TOL = 0.3
 STD_RATIO_TOL = 1.5
 #: below this acceptance the chains hardly moved: the check says nothing
