@@ -352,8 +352,7 @@ class BindingGuide(ContinuousGuide):
         dynamics do not run on the full-data posterior (a surrogate, a mini-batch)."""
         if self._target.supports_subsampling:
             return None
-        probe = jax.jit(self._bound_call(selfcheck.gradient))
-        gradient_flops = compilation.flops(probe.lower(rng_key, fitted, args, kwargs))
+        gradient_flops = self._gradient_flops(rng_key, fitted, args, kwargs)
         num_chains = selfcheck.num_check_chains(gradient_flops)
         if num_chains is None:
             return selfcheck.skipped(gradient_flops)
@@ -369,6 +368,18 @@ class BindingGuide(ContinuousGuide):
         names, unpack = self._value_coordinates()
         return selfcheck.ChainsCheck(comparison, names, unpack, info, rounds)
 
+    def _gradient_flops(self, rng_key, fitted, args, kwargs) -> float:
+        """XLA's flops of a gradient of the call's log density
+        (:func:`numpyro_dais.annealed.posterior.selfcheck.gradient`), lowered once per input
+        types."""
+        operands = (rng_key, fitted, args, kwargs)
+        cache = self.__dict__.setdefault("_gradient_flops_of", {})
+        key = compilation.input_types(jax.tree.leaves(operands))
+        if key not in cache:
+            probe = jax.jit(self._bound_call(selfcheck.gradient))
+            cache[key] = compilation.flops(probe.lower(*operands))
+        return cache[key]
+
     def _chains_round(self, rng_key, fitted, params, args, kwargs, start, index):
         """:func:`numpyro_dais.annealed.posterior.selfcheck.chains_round` of the call, its
         draws compared as the flat constrained values of the latent sites."""
@@ -382,29 +393,3 @@ class BindingGuide(ContinuousGuide):
 
         call = self._bind(fitted, args, kwargs)
         return selfcheck.chains_round(call, rng_key, start, index, values)
-
-    def _value_sites(self):
-        """``[(site, shape)]`` of the latent sample sites, in the prototype trace's order."""
-        return [
-            (name, tuple(jnp.shape(site["value"])))
-            for name, site in self.prototype_trace.items()
-            if site["type"] == "sample" and not site["is_observed"]
-        ]
-
-    def _value_coordinates(self):
-        """The names of the flat constrained latent values (e.g. ``"w[0]"``) and the map of
-        such a flat ``(M,)`` array to ``{site: array}``."""
-        names, sizes = [], []
-        for site, shape in self._value_sites():
-            sizes.append((site, shape, int(np.prod(shape, dtype=np.int64))))
-            for pos in np.ndindex(shape):
-                names.append(site + ("[" + ",".join(map(str, pos)) + "]" if pos else ""))
-
-        def unpack(flat):
-            flat, out, i = np.asarray(flat), {}, 0
-            for site, shape, size in sizes:
-                out[site] = np.reshape(flat[i : i + size], shape)
-                i += size
-            return out
-
-        return names, unpack

@@ -207,15 +207,18 @@ class AnnealedGuide(BindingGuide):
         fitted = self._params_from(params)
         args, kwargs = self._data(args, kwargs, "importance")
         resampling = self._sampler.resampling is not None
-        evidence = lambda key, n: self._log_evidence(
-            key, fitted, params, args, kwargs, n, batch_size, mesh
+        evidence = lambda key, n, b: self._log_evidence(
+            key, fitted, params, args, kwargs, n, b, mesh
         )
-        out = evidence(rng_key, num_particles)
+        out = evidence(rng_key, num_particles, batch_size)
         if queries.confirm_heavy_tail(out.pareto_k, num_particles, batch_size, resampling):
             # k̂ of S weights is noisy near its threshold: a fresh sample of CONFIRM × S
-            # weights confirms the tail (and warns) or replaces the estimate
+            # weights confirms the tail (and warns) or replaces the estimate; one batch
+            # stays one batch (the same random stream with or without a mesh)
+            if batch_size is not None and batch_size >= num_particles:
+                batch_size *= queries.CONFIRM
             num_particles *= queries.CONFIRM
-            out = evidence(jax.random.fold_in(rng_key, 1), num_particles)
+            out = evidence(jax.random.fold_in(rng_key, 1), num_particles, batch_size)
         name = type(self).__name__
         queries.warn_about_evidence(name, out, num_particles, batch_size, resampling)
         return out

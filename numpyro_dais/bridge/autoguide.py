@@ -313,6 +313,32 @@ class ContinuousGuide(GuideTemplate, CompiledPrograms, numpyro_private.AutoConti
                 names[int(idx[pos])] = site + ("[" + ",".join(map(str, pos)) + "]" if pos else "")
         return names
 
+    def _value_sites(self):
+        """``[(site, shape)]`` of the latent sample sites, in the prototype trace's order."""
+        return [
+            (name, tuple(jnp.shape(site["value"])))
+            for name, site in self.prototype_trace.items()
+            if site["type"] == "sample" and not site["is_observed"]
+        ]
+
+    def _value_coordinates(self):
+        """The names of the flat constrained latent values (e.g. ``"w[0]"``) and the map of
+        such a flat ``(M,)`` array to ``{site: array}``."""
+        names, sizes = [], []
+        for site, shape in self._value_sites():
+            sizes.append((site, shape, int(np.prod(shape, dtype=np.int64))))
+            for pos in np.ndindex(shape):
+                names.append(site + ("[" + ",".join(map(str, pos)) + "]" if pos else ""))
+
+        def unpack(flat):
+            flat, out, i = np.asarray(flat), {}, 0
+            for site, shape, size in sizes:
+                out[site] = np.reshape(flat[i : i + size], shape)
+                i += size
+            return out
+
+        return names, unpack
+
     def _coordinate_site_sizes(self) -> np.ndarray:
         """``(D,)`` the number of unconstrained coordinates of each coordinate's site."""
         sizes = np.zeros(self.latent_dim, np.int64)
