@@ -13,6 +13,7 @@ from numpyro.infer import SVI, Trace_ELBO
 
 from numpyro_dais import AutoDAIS, AutoDSMCS, AutoSurrogateLikelihoodDAIS
 from numpyro_dais.annealed.posterior import mala_draws
+from numpyro_dais.engine.mcmc import mala
 from tests.annealed.test_autosldais import init_params, logistic, logistic_data
 from tests.models import linear_gaussian, linear_gaussian_data, linear_gaussian_posterior
 
@@ -147,3 +148,19 @@ def test_a_mini_batch_guide_refuses_mala_with_the_alternatives():
     params = init_params(guide, logistic, X, Yl, subsample_size=50)
     with pytest.raises(ValueError, match="method='mala'.*'importance' or 'psis'"):
         guide.sample_posterior(jax.random.key(0), params, X, Yl, method="mala")
+
+
+def test_fewer_chains_widen_the_settling_tolerances():
+    """The drift of an ensemble's median is judged against its Monte Carlo error, about
+    ``1.25 / sqrt(C)`` sds: a drift of 0.3 sds says 256 chains had not settled, but is
+    noise for 32 (tolerance 0.2 × sqrt(256 / 32) = 0.57), which would otherwise run every
+    round there is."""
+    zeros = jnp.zeros(2)
+    info = mala.EnsembleInfo(
+        jnp.asarray(0.6), jnp.asarray(0.5), zeros + 1, jnp.array([0.3, 0.0]), zeros,
+        jnp.asarray(1.0), jnp.asarray(0.0),
+    )  # fmt: skip
+    names = ["z[0]", "z[1]"]
+    assert "moved +0.30 sds at z[0]" in mala_draws.unsettled(info, names, 256)
+    assert "moved +0.30 sds at z[0]" in mala_draws.unsettled(info, names)  # 1,024
+    assert mala_draws.unsettled(info, names, 32) is None
