@@ -314,15 +314,6 @@ FIX_WITHOUT_RESAMPLING = (
 )
 
 
-def heavy_tailed(k, num_draws) -> bool:
-    """Whether the Pareto ``k̂`` (host value; the largest of a batch) of ``num_draws``
-    weights is past :func:`numpyro_dais.engine.diagnostics.psis.k_threshold`, or unfitted."""
-    ks = np.asarray(k, dtype=float)
-    if ks.size == 0 or np.all(np.isnan(ks)):
-        return False
-    return bool(np.nanmax(ks) > float(psis.k_threshold(num_draws)))
-
-
 def warn_if_heavy_tailed(guide_name, k, num_draws, what, resampling=True):
     """Warn when the Pareto ``k̂`` of ``num_draws`` weights is above the reliable threshold
     (:func:`numpyro_dais.engine.diagnostics.psis.pareto_k_warning`); nothing under ``jit``, nor with

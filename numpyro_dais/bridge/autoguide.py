@@ -41,6 +41,12 @@ from numpyro_dais.engine.annealing import weights
 from numpyro_dais.runtime.vectorise import CompiledPrograms, map_batched
 
 
+def _element_name(site: str, pos: tuple) -> str:
+    """The label of element ``pos`` of ``site``'s value, e.g. ``"w[0,1]"`` (``site`` for a
+    scalar)."""
+    return site + ("[" + ",".join(map(str, pos)) + "]" if pos else "")
+
+
 class ContinuousGuide(GuideTemplate, CompiledPrograms, numpyro_private.AutoContinuousBridge):
     """Base of the package's guides: a flat unconstrained latent ``z ∈ R^D``.
 
@@ -310,7 +316,7 @@ class ContinuousGuide(GuideTemplate, CompiledPrograms, numpyro_private.AutoConti
             idx = np.asarray(idx)
             site = f"{site}_decentered" if site in self._view.noncentred else site
             for pos in np.ndindex(idx.shape):
-                names[int(idx[pos])] = site + ("[" + ",".join(map(str, pos)) + "]" if pos else "")
+                names[int(idx[pos])] = _element_name(site, pos)
         return names
 
     def _value_sites(self):
@@ -328,7 +334,7 @@ class ContinuousGuide(GuideTemplate, CompiledPrograms, numpyro_private.AutoConti
         for site, shape in self._value_sites():
             sizes.append((site, shape, int(np.prod(shape, dtype=np.int64))))
             for pos in np.ndindex(shape):
-                names.append(site + ("[" + ",".join(map(str, pos)) + "]" if pos else ""))
+                names.append(_element_name(site, pos))
 
         def unpack(flat):
             flat, out, i = np.asarray(flat), {}, 0

@@ -13,7 +13,7 @@ import pytest
 from numpyro.infer import SVI, Trace_ELBO, init_to_value
 
 from numpyro_dais import AutoDAIS, AutoDSMCS
-from numpyro_dais.annealed import sampling
+from numpyro_dais.annealed.posterior import queries
 
 Y = jnp.array([0.8, 1.3, 0.2, 1.9, 1.1, 0.7])
 
@@ -97,16 +97,16 @@ def test_a_k_hat_past_its_threshold_by_chance_is_judged_again_on_four_times_the_
     guide, params = trained
     judged = []
 
-    def first_past(k, num_draws):
-        judged.append(num_draws)
-        return len(judged) == 1 or real(k, num_draws)
+    def first_past(k, num_particles, *rest):
+        judged.append(num_particles)
+        return len(judged) == 1 or real(k, num_particles, *rest)
 
-    real = sampling.heavy_tailed
-    monkeypatch.setattr(sampling, "heavy_tailed", first_past)
+    real = queries.confirm_heavy_tail
+    monkeypatch.setattr(queries, "confirm_heavy_tail", first_past)
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         ev = guide.log_evidence(jax.random.key(1), params, Y, num_particles=500)
-    assert judged == [500]
+    assert judged == [500]  # the 2,000 are judged by the warning alone
     monkeypatch.undo()
     again = guide.log_evidence(
         jax.random.fold_in(jax.random.key(1), 1), params, Y, num_particles=2000

@@ -79,12 +79,16 @@ def draws_per_chain(num_draws: int, num_chains: int = NUM_CHAINS) -> int:
     return max(2, math.ceil(num_draws / num_chains))
 
 
+def steps(num_draws: int, num_chains: int = NUM_CHAINS) -> int:
+    """The steps of each chain in a round: warm-up, then :data:`THIN` per draw kept."""
+    return NUM_WARMUP + THIN * draws_per_chain(num_draws, num_chains)
+
+
 def runs(num_draws: int, num_chains: int = NUM_CHAINS) -> float:
     """The runs a round's program is compiled for
-    (:func:`numpyro_dais.runtime.compilation.run_for`): its steps, the model's gradients,
-    counted at 1 / :data:`~numpyro_dais.runtime.compilation.GRADIENT_WORK_DISCOUNT`."""
-    steps = NUM_WARMUP + THIN * draws_per_chain(num_draws, num_chains)
-    return steps / compilation.GRADIENT_WORK_DISCOUNT
+    (:func:`numpyro_dais.runtime.compilation.run_for`): its :func:`steps`, the model's
+    gradients, counted at 1 / :data:`~numpyro_dais.runtime.compilation.GRADIENT_WORK_DISCOUNT`."""
+    return steps(num_draws, num_chains) / compilation.GRADIENT_WORK_DISCOUNT
 
 
 def run_rounds(run_round, start: Start, names):

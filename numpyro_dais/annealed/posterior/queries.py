@@ -31,6 +31,7 @@ from numpyro.distributions.transforms import AffineTransform, LowerCholeskyAffin
 from numpyro_dais.annealed import sampling
 from numpyro_dais.annealed.sampling import Call
 from numpyro_dais.engine.annealing import gaussian
+from numpyro_dais.engine.diagnostics import psis
 from numpyro_dais.runtime.compilation import annealing_runs
 
 #: draws behind ``median`` and ``quantiles`` when ``posterior_method`` is not ``"q0"``
@@ -120,7 +121,7 @@ def confirm_heavy_tail(k, num_particles, batch_size, resampling) -> bool:
     system = _evidence_system(num_particles, batch_size, resampling)
     if isinstance(k, jax.core.Tracer) or system <= 20 or system != num_particles:
         return False
-    return sampling.heavy_tailed(k, system)
+    return psis.unreliable(k, system)
 
 
 def warn_about_evidence(name, evidence, num_particles, batch_size, resampling):

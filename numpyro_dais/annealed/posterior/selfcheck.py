@@ -46,8 +46,8 @@ MIN_FINITE = 0.95
 MAX_CHECK_CHAINS = 256
 MIN_CHECK_CHAINS = 32
 CHECK_DRAWS = 8 * MAX_CHECK_CHAINS
-#: the flops a round of the chains may cost (a few seconds on two CPU cores): where even
-#: :data:`MIN_CHECK_CHAINS` chains would cost more (a model over 10⁵ rows), they do not run
+#: the flops a round of the chains may cost: where even :data:`MIN_CHECK_CHAINS` chains
+#: would cost more (a regression over tens of thousands of rows), they do not run
 CHECK_BUDGET = 5e9
 
 
@@ -58,7 +58,7 @@ def num_check_chains(gradient_flops: float) -> int | None:
     within :data:`CHECK_BUDGET`; ``None`` where even the fewest do not."""
     num_chains = MAX_CHECK_CHAINS
     while num_chains >= MIN_CHECK_CHAINS:
-        steps = mala_draws.NUM_WARMUP + mala_draws.THIN * CHECK_DRAWS // num_chains
+        steps = mala_draws.steps(CHECK_DRAWS, num_chains)
         if num_chains * steps * gradient_flops <= CHECK_BUDGET:
             return num_chains
         num_chains //= 2

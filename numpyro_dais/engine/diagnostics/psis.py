@@ -45,6 +45,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 #: ``k̂`` below which the weights have a finite variance (Vehtari et al. 2024)
 K_GOOD = 0.5
@@ -229,6 +230,16 @@ def _psis_1d(log_weights, r_eff):
     return PSIS(lw, t.fit)
 
 
+def unreliable(k, num_draws: int) -> bool:
+    """Whether ``k̂`` (host value; the largest of a batch) of ``num_draws`` weights is past
+    :func:`k_threshold`, or unfitted (``inf``); ``False`` where no ``k̂`` is finite or
+    infinite (all NaN)."""
+    ks = np.asarray(k, dtype=float)
+    if ks.size == 0 or np.all(np.isnan(ks)):
+        return False
+    return bool(np.nanmax(ks) > float(k_threshold(num_draws)))
+
+
 def pareto_k_warning(
     fit: ParetoK, what: str = "the importance weights", fix: str | None = None
 ) -> str | None:
@@ -240,16 +251,11 @@ def pareto_k_warning(
     ``min(1 − 1/log10 S, 0.7)`` (:func:`k_threshold`), or no fit (``k̂ = inf``: too few tail
     draws).
     """
-    import numpy as np
-
-    ks = np.asarray(fit.k, dtype=float)
     S = int(np.max(np.asarray(fit.num_draws)))
-    if ks.size == 0 or np.all(np.isnan(ks)):
+    if not unreliable(fit.k, S):
         return None
-    k = float(np.nanmax(ks))
+    k = float(np.nanmax(np.asarray(fit.k, dtype=float)))
     threshold = float(k_threshold(S))
-    if k <= threshold:
-        return None
     fix = fix or "more particles, a larger K, or a better-trained guide"
     if np.isinf(k):
         return (
