@@ -307,19 +307,45 @@ def tolerance_table(rows):
     return markdown_table(headers, body)
 
 
+def _pareto_warned(row):
+    return any("Pareto k̂" in w and _about_importance(w) for w in row["warnings"])
+
+
+def importance_verdict(row):
+    """Whether the library now warns of the fit's importance draws, from its statistics:
+    with one particle (the defaults) where the chains judged them, the self-check fails
+    ``q0`` and the end points share its error (they stay near it, or the spread is off:
+    ``numpyro_dais.annealed.posterior.selfcheck``); elsewhere the Pareto ``k̂`` warning as
+    the fit gave it."""
+    c = row["chain_ratio"]
+    if row["setting"] != "defaults" or not np.isfinite(c):
+        return _pareto_warned(row)
+    chains_ok = not verdict(row, *DEFAULTS[:2], np.inf, np.inf)
+    end_points_ok = not verdict(row, np.inf, np.inf, *DEFAULTS[2:])
+    spread_ok = abs(c) <= np.log(selfcheck.CHAIN_STD_RATIO_TOL)
+    return not chains_ok and (end_points_ok or not spread_ok)
+
+
 def importance_table(rows):
-    """The importance draws against their own warning (the Pareto k̂ of the weights behind
-    them, and draws that are not finite)."""
-    cells = {(w, k): 0 for w in (True, False) for k in (True, False)}
-    for r in rows:
-        cells[importance_wrong(r), importance_warned(r)] += 1
-    return markdown_table(
-        ["importance draws", "warned", "not warned"],
-        [
-            ["wrong", cells[True, True], cells[True, False]],
-            ["right", cells[False, True], cells[False, False]],
-        ],
-    )
+    """The importance draws against their warnings: as the fits ran (the Pareto ``k̂`` of
+    the pooled weights behind them, draws that are not finite, and whatever else named
+    them), and at the library's rule now (:func:`importance_verdict`), per setting."""
+    body = []
+    for setting in SETTINGS_OF_GUIDE:
+        rs = [r for r in rows if r["setting"] == setting]
+        for judge, warned_of in (("as run", importance_warned), ("now", importance_verdict)):
+            cells = {(w, k): 0 for w in (True, False) for k in (True, False)}
+            for r in rs:
+                cells[importance_wrong(r), bool(warned_of(r))] += 1
+            body.append(
+                [
+                    setting,
+                    judge,
+                    f"{cells[True, True]} of {cells[True, True] + cells[True, False]}",
+                    f"{cells[False, True]} of {cells[False, True] + cells[False, False]}",
+                ]
+            )
+    return markdown_table(["setting", "warnings", "wrong and warned", "right but warned"], body)
 
 
 #: the library's tolerances, in :func:`verdict`'s order

@@ -40,12 +40,17 @@ class TransportReport(NamedTuple):
     """A one-paragraph verdict, with the fix when ``ok`` is ``False``."""
     chain_std_ratio: dict | None = None
     """``{site: array}`` the std of the draws of Metropolis-adjusted Langevin chains started
-    at ``q0`` draws over ``q0``'s, in the unconstrained space (above 1: the posterior is
+    at ``q0`` draws over ``q0``'s, per latent value (above 1: the posterior is
     wider than ``q0``); ``None`` where the guide's dynamics do not run on the full-data
     posterior."""
     chain_mean_shift: dict | None = None
     """``{site: array}`` ``(mean_q0 − mean_chains) / std_chains`` of those chains' draws,
-    in the unconstrained space; ``None`` where they did not run."""
+    per latent value; ``None`` where they did not run."""
+    importance_ok: bool | None = None
+    """Whether those chains also pass the ``"importance"`` draws of one particle per system
+    (the end points): ``False`` when ``q0`` fails them and the end points stay near it or
+    share its spread; ``None`` where the chains did not judge (not run, or they hardly
+    moved). :meth:`sample_posterior` judges those draws by it rather than by ``k̂``."""
 
 
 class SMCDiagnostics(NamedTuple):

@@ -343,13 +343,14 @@ def _no_numpyro_mismatch_warnings():
 
 @pytest.fixture(autouse=True)
 def _q0_self_check_only_where_tested(request, monkeypatch):
-    """The q0 self-check compiles an importance-draw program the first time each set of
-    params is used as the posterior: seconds per test, against a 5000-step fit's few percent.
-    Its own tests (``test_setup.py``) run it; tests of other behaviour skip it."""
+    """The self-check compiles and runs its chains the first time each set of params is used
+    for q0 draws (or importance draws of one particle): seconds per test, against a
+    5000-step fit's few percent. Its own tests (``test_setup.py``, ``test_convergence.py``)
+    run it; tests of other behaviour skip it (the importance draws are then judged by k̂)."""
     if request.module.__name__.split(".")[-1] in ("test_setup", "test_convergence"):
         yield
         return
     from numpyro_dais.annealed.binding import BindingGuide
 
-    monkeypatch.setattr(BindingGuide, "_check_q0_once", lambda self, params: None)
+    monkeypatch.setattr(BindingGuide, "_self_check_report", lambda self, params: None)
     yield

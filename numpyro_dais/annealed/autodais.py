@@ -87,7 +87,9 @@ class AutoDAIS(AnnealedGuide):
         started at ``q0`` draws on the posterior (``method="mala"``'s ensemble), and warn,
         with the fix, when either disagrees with ``q0`` (a ``q0`` too narrow for the
         posterior, which the end points, a few steps from ``q0``, can miss); the tolerances
-        are ``transport_check``'s defaults.
+        are ``transport_check``'s defaults. With ``num_particles=1`` it also judges the
+        ``"importance"`` and ``"dais"`` draws (the end points) the first time given
+        ``params`` are used for them, in place of their weights' ``k̂``.
     :param jax.sharding.Mesh mesh: split the training bound's ``N`` particles evenly over
         the mesh's devices (its size must divide ``num_particles``); XLA partitions the
         annealing, and loss and gradients equal the one-device run's for the same key. With

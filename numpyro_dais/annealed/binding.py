@@ -288,29 +288,57 @@ class BindingGuide(ContinuousGuide):
         z, log_weights = queries.importance_chunk(self._bind(fitted, args, kwargs), key_data)
         return queries.Systems(z, self._constrain(z, params, args, kwargs), log_weights)
 
+    def _self_check_report(self, params) -> TransportReport | None:
+        """:meth:`transport_check` of ``params`` on the set-up data, run the first time they
+        are drawn from and kept (:mod:`numpyro_dais.annealed.posterior.selfcheck`); ``None``
+        where it does not run (``self_check`` off, under ``jit``, or nothing to compare
+        ``q0`` with)."""
+        key = selfcheck.fingerprint(params) if self.self_check else None
+        if key is None:
+            return None
+        reports = self.__dict__.setdefault("_self_check_reports", {})
+        if key not in reports:
+            args, kwargs = self._setup_args
+            try:
+                reports[key] = self.transport_check(
+                    jax.random.key(0),
+                    params,
+                    *args,
+                    num_samples=selfcheck.NUM_SAMPLES,
+                    warn=False,
+                    **kwargs,
+                )
+            except ValueError:
+                # the annealing cannot run here (e.g. a guide inside an AutoGuideList, whose
+                # model hides sites that another guide draws): nothing to compare q0 with
+                reports[key] = None
+        return reports[key]
+
     def _check_q0_once(self, params) -> TransportReport | None:
-        """Run :meth:`transport_check` on the set-up data the first time ``params`` are used
-        for ``q0`` draws, if ``self_check`` (:mod:`numpyro_dais.annealed.posterior.selfcheck`); its
-        warning carries the fix. Returns its report, ``None`` where it did not run (off, done
-        before for these ``params``, under ``jit``, or nothing to compare ``q0`` with)."""
+        """The self-check (:meth:`_self_check_report`) the first time ``params`` are used
+        for ``q0`` draws; its warning carries the fix. Returns its report, ``None`` where it
+        did not run (off, done before for these ``params``, under ``jit``, or nothing to
+        compare ``q0`` with)."""
         checked = self.__dict__.setdefault("_self_checked", set())
         if not self.self_check or not selfcheck.first_use(checked, params):
             return None
-        args, kwargs = self._setup_args
-        try:
-            report = self.transport_check(
-                jax.random.key(0),
-                params,
-                *args,
-                num_samples=selfcheck.NUM_SAMPLES,
-                warn=False,
-                **kwargs,
-            )
-        except ValueError:
-            # the annealing cannot run here (e.g. a guide inside an AutoGuideList, whose model
-            # hides sites that another guide draws): nothing to compare q0 with
-            return None
-        return selfcheck.warn_if_failed(report)
+        report = self._self_check_report(params)
+        return None if report is None else selfcheck.warn_if_failed(report)
+
+    def _end_points_judged(self, params, method) -> bool:
+        """Whether the self-check judges ``method``'s draws for ``params`` instead of their
+        weights' ``k̂``: the end points of one particle (``"importance"``, ``"dais"`` with
+        ``num_particles=1``), which its chains judge better than the tail of weights no
+        draw was resampled by; it warns, with the fix, the first time they fail it."""
+        if self.num_particles != 1 or method not in ("importance", "dais"):
+            return False
+        report = self._self_check_report(params)
+        if report is None or report.importance_ok is None:
+            return False
+        checked = self.__dict__.setdefault("_end_points_checked", set())
+        if selfcheck.first_use(checked, params):
+            selfcheck.warn_if_failed(report, "importance")
+        return True
 
     def _q0_of_z(self, params, check=False):
         """The trained ``q0`` as a Gaussian of the flat unconstrained ``z``; ``check``: used

@@ -144,8 +144,10 @@ class AnnealedGuide(BindingGuide):
         :param return_pareto_k: also return the Pareto ``k̂`` of the weights behind the
             draws (``"importance"``: every particle of every system, pooled; ``"dais"``: the
             end points'; ``None`` for ``"q0"``). Above ``min(1 − 1/log10 S, 0.7)`` the draws
-            may be far from the posterior, and a ``RuntimeWarning`` says so either way;
-            ``None`` for ``"mala"`` too.
+            may be far from the posterior, and a ``RuntimeWarning`` says so either way
+            (with ``num_particles=1`` the ``"importance"`` and ``"dais"`` draws are the end
+            points, and the self-check judges them instead where its chains ran:
+            ``self_check``); ``None`` for ``"mala"`` too.
         :return: dict of site values with leading shape ``sample_shape`` (and ``k̂``).
         """
         method = self.posterior_method if method is None else method
@@ -170,7 +172,8 @@ class AnnealedGuide(BindingGuide):
         if method != "q0":
             resampling, n = self._sampler.resampling is not None, plan.num_draws
             name, N = type(self).__name__, self.num_particles
-            queries.warn_about_draws(name, draws, k, method, n, N, resampling)
+            judged = self._end_points_judged(params, method)
+            queries.warn_about_draws(name, draws, None if judged else k, method, n, N, resampling)
         return (draws, k) if return_pareto_k else draws
 
     def log_evidence(

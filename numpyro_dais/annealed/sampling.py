@@ -316,10 +316,11 @@ FIX_WITHOUT_RESAMPLING = (
 
 def warn_if_heavy_tailed(guide_name, k, num_draws, what, resampling=True):
     """Warn when the Pareto ``k̂`` of ``num_draws`` weights is above the reliable threshold
-    (:func:`numpyro_dais.engine.diagnostics.psis.pareto_k_warning`); nothing under ``jit``, nor with
-    20 draws or fewer (no tail to fit). ``resampling=False``: the guide never resamples its
-    particles, and the fix also names the one that does."""
-    if isinstance(k, jax.core.Tracer) or num_draws <= 20:
+    (:func:`numpyro_dais.engine.diagnostics.psis.pareto_k_warning`); nothing under ``jit``,
+    with 20 draws or fewer (no tail to fit), or for ``k=None`` (judged otherwise).
+    ``resampling=False``: the guide never resamples its particles, and the fix also names
+    the one that does."""
+    if k is None or isinstance(k, jax.core.Tracer) or num_draws <= 20:
         return
     fit = psis.ParetoK(np.asarray(k), np.nan, np.nan, num_draws)
     message = psis.pareto_k_warning(fit, what, None if resampling else FIX_WITHOUT_RESAMPLING)

@@ -18,6 +18,7 @@ from numpyro.infer import MCMC, NUTS, SVI, Trace_ELBO
 from numpyro_dais import AutoDAIS, run_until_converged
 from numpyro_dais.annealed.objective import divergence_brake
 from numpyro_dais.annealed.posterior import mala_draws, selfcheck
+from numpyro_dais.engine.diagnostics import psis
 from numpyro_dais.engine.setup import refinement
 from tests import models
 
@@ -285,20 +286,28 @@ def test_q0_used_as_the_posterior_is_checked_once():
         AutoDAIS(models.linear_gaussian, self_check="yes")
 
 
-def test_a_q0_narrower_than_the_posterior_is_loud_though_the_end_points_agree():
-    """q0 at the exact posterior mean with a quarter of its sds, and short steps (K = 4,
-    η = 0.05), so that the end points stay near q0: the MALA chains of the transport check
-    spread to about 4 times q0's std (above 2.5: 2,048 draws of 256 adapted chains,
-    ±3% standard error), the check fails, and the self-check before the first q0 draws
-    warns, naming the coordinate and the fix. At the exact marginal sds: no warning."""
+@pytest.fixture(scope="module")
+def narrow_q0():
+    """An AutoDAIS of the linear Gaussian with short steps (K = 4, η = 0.05) and two sets of
+    params: ``q0`` at the exact posterior mean with a quarter of its sds (``narrow``), and
+    with its sds (``right``)."""
     y = models.linear_gaussian_data()
     mean, cov = models.linear_gaussian_posterior(y)
     sd = jnp.sqrt(jnp.diag(cov))
-    options = dict(K=4, eta_init=0.05, eta_max=0.1, laplace_init=False)
-    guide = AutoDAIS(models.linear_gaussian, **options)
+    guide = AutoDAIS(models.linear_gaussian, K=4, eta_init=0.05, eta_max=0.1, laplace_init=False)
     svi = _svi(models.linear_gaussian, guide)
     params = svi.get_params(svi.init(jax.random.key(0), y))
     narrow = {**params, "auto_z_0_loc": mean, "auto_z_0_scale": sd / 4}
+    right = {**params, "auto_z_0_loc": mean, "auto_z_0_scale": sd}
+    return guide, narrow, right, y
+
+
+def test_a_q0_narrower_than_the_posterior_is_loud_though_the_end_points_agree(narrow_q0):
+    """The narrow q0's end points stay near it: the MALA chains of the transport check
+    spread to about 4 times q0's std (above 2.5: 2,048 draws of 256 adapted chains,
+    ±3% standard error), the check fails, and the self-check before the first q0 draws
+    warns, naming the coordinate and the fix. At the exact marginal sds: no warning."""
+    guide, narrow, right, y = narrow_q0
     report = guide.transport_check(jax.random.key(0), narrow, y, warn=False)
     ratio = np.exp(np.abs(np.log(report.std_ratio["z"])))
     assert np.all(ratio < 1.5)  # the end points agree with q0
@@ -306,11 +315,38 @@ def test_a_q0_narrower_than_the_posterior_is_loud_though_the_end_points_agree():
     assert "while the annealed end points, a few uncorrected steps from q0" in report.message
     with pytest.warns(UserWarning, match=r"q0 is narrower than the posterior at z\[.\].*Fix:"):
         guide.sample_posterior(jax.random.key(0), narrow, sample_shape=(10,))
-    right = {**params, "auto_z_0_loc": mean, "auto_z_0_scale": sd}
+    assert report.importance_ok is False  # the end points share q0's spread
     assert guide.transport_check(jax.random.key(0), right, y, warn=False).ok
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         guide.median(right)
+
+
+def test_the_self_check_judges_the_importance_draws_of_one_particle(narrow_q0, monkeypatch):
+    """With ``num_particles=1`` the importance draws are the end points, and the self-check's
+    chains judge them rather than the ``k̂`` of weights none of them was resampled by: the
+    narrow q0's end points warn, once, naming them and the fix, with no ``k̂`` warning though
+    every ``k̂`` is made to look heavy; the right q0's are silent; where no check ran
+    (``self_check=False``, under ``jit``) ``k̂`` judges them again."""
+    guide, narrow, right, y = narrow_q0
+    monkeypatch.setattr(psis, "unreliable", lambda k, S: True)
+    draw = lambda params: guide.sample_posterior(
+        jax.random.key(1), params, y, sample_shape=(100,), method="importance"
+    )
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        draw(narrow)
+    messages = [str(w.message) for w in got]
+    assert len(messages) == 1, messages
+    assert "'importance' draws with them, are off" in messages[0]
+    assert "first use for 'importance' draws" in messages[0] and "method='mala'" in messages[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        draw(narrow)  # once for these params
+        draw(right)
+    monkeypatch.setattr(AutoDAIS, "_self_check_report", lambda self, params: None)  # no check
+    with pytest.warns(RuntimeWarning, match="Pareto"):
+        draw(right)
 
 
 def test_the_self_checks_chains_fit_a_budget_of_the_models_flops(monkeypatch):

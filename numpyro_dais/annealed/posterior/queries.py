@@ -94,7 +94,8 @@ def importance(program, rng_key, K, num_systems: int, *operands) -> Systems:
 
 def warn_about_draws(name, draws, k, method, num_draws, num_particles, resampling):
     """The warnings of guide ``name``'s annealed draws: not finite, or behind a heavy tail
-    of weights (``num_particles`` per system; ``resampling``: whether the guide resamples)."""
+    of weights (``num_particles`` per system; ``resampling``: whether the guide resamples;
+    ``k=None``: the draws are judged otherwise, by the self-check)."""
     sampling.warn_if_not_finite(name, draws, method, num_draws)
     S = num_draws * (num_particles if method in ("importance", "psis") else 1)
     what = f"the weights behind the {method!r} draws (S = {S})"

@@ -129,8 +129,9 @@ def chains_round(call: Call, rng_key, start: mala_draws.Start, round_index, valu
     return dais0.draws_check(both[:CHECK_DRAWS], both[CHECK_DRAWS:]), info, following
 
 
-def _fingerprint(params) -> str | None:
-    """A digest of ``params``' values; ``None`` under ``jit`` (nothing to check there)."""
+def fingerprint(params) -> str | None:
+    """A digest of ``params``' values, the key of their self-check; ``None`` under ``jit``
+    (nothing to check there)."""
     digest = hashlib.sha1()
     for name in sorted(params):
         value = params[name]
@@ -144,19 +145,22 @@ def _fingerprint(params) -> str | None:
 def first_use(checked: set, params) -> bool:
     """Whether ``params`` are used for ``q0`` draws for the first time (their fingerprint not
     in ``checked``, which then holds it); ``False`` under ``jit`` (nothing to check there)."""
-    key = _fingerprint(params)
+    key = fingerprint(params)
     if key is None or key in checked:
         return False
     checked.add(key)
     return True
 
 
-def warn_if_failed(report: TransportReport) -> TransportReport:
-    """Warn, with the fix, when the self-check's ``report`` fails; returns it."""
-    if not report.ok:
+def warn_if_failed(report: TransportReport, use="q0") -> TransportReport:
+    """Warn, with the fix, when the self-check's ``report`` fails for ``use``: ``"q0"``
+    (``report.ok``) or ``"importance"`` (the end points, ``report.importance_ok``); returns
+    it."""
+    failed = not report.ok if use == "q0" else report.importance_ok is False
+    if failed:
         reporting.warn(
             f"{report.message} (Checked once for these params on the set-up data, before "
-            "their first use as the posterior; `self_check=False` skips the check.)",
+            f"their first use for {use!r} draws; `self_check=False` skips the check.)",
             UserWarning,
         )
     return report
@@ -185,6 +189,7 @@ class _ChainsVerdict(NamedTuple):
     std_ratio: np.ndarray | None
     message: str
     spread_ok: bool = True
+    judged: bool = False  # the chains ran, moved and kept finite
 
 
 def _chains_verdict(name, chains, mean_tol, std_ratio_tol, end_points_ok):
@@ -220,7 +225,11 @@ def _chains_verdict(name, chains, mean_tol, std_ratio_tol, end_points_ok):
     )
     if mean_ok and spread_ok:
         return _ChainsVerdict(
-            True, shift, ratio, f" Metropolis-adjusted chains from its draws agree ({found})."
+            True,
+            shift,
+            ratio,
+            f" Metropolis-adjusted chains from its draws agree ({found}).",
+            judged=True,
         )
     wider = ratio[j] > 1.0
     what = (
@@ -233,9 +242,8 @@ def _chains_verdict(name, chains, mean_tol, std_ratio_tol, end_points_ok):
         if end_points_ok
         else ""
     )
-    # a q0 off-centre whose end points moved away from it (transported): the importance
-    # draws may be right; a spread they share, or end points near q0, makes them off too
-    importance = ", and the 'importance' draws with them," if end_points_ok or not spread_ok else ""
+    shared = _shared(end_points_ok, spread_ok)
+    importance = ", and the 'importance' draws with them," if shared else ""
     steps = chains.rounds * mala_draws.NUM_WARMUP
     return _ChainsVerdict(
         False,
@@ -251,7 +259,16 @@ def _chains_verdict(name, chains, mean_tol, std_ratio_tol, end_points_ok):
             "reweights the end points of many particle systems and reports its Pareto k̂."
         ),
         spread_ok,
+        judged=True,
     )
+
+
+def _shared(end_points_ok, spread_ok) -> bool:
+    """Whether the end points (the ``'importance'`` draws of one particle) share a failed
+    ``q0``'s error: they stay near it, or its spread is off (a few uncorrected steps do not
+    widen it). Otherwise ``q0`` is off-centre and the end points moved away from it: the
+    transitions transported them, and they may be right."""
+    return end_points_ok or not spread_ok
 
 
 @jit_short_run
@@ -292,10 +309,11 @@ def transport_verdict(
     if finite < 1.0:
         summary += f"; {1.0 - finite:.0%} of the end points diverged and are left out"
     name = subject.name
-    chains_ok, chain_shift, chain_ratio, chains_message, spread_ok = _chains_verdict(
+    chains_ok, chain_shift, chain_ratio, chains_message, spread_ok, judged = _chains_verdict(
         name, chains, chain_mean_tol, chain_std_ratio_tol, end_points_ok
     )
     ok = end_points_ok and chains_ok
+    importance_ok = (chains_ok or not _shared(end_points_ok, spread_ok)) if judged else None
     if end_points_ok:
         message = f"{name}: q0 agrees with the annealed end points ({summary})."
         if chains_ok:
@@ -344,5 +362,5 @@ def transport_verdict(
     if chain_shift is not None:
         chain_shift, chain_ratio = chains.unpack(chain_shift), chains.unpack(chain_ratio)
     return TransportReport(
-        ok, unpack(shift), unpack(ratio), names[i], message, chain_ratio, chain_shift
+        ok, unpack(shift), unpack(ratio), names[i], message, chain_ratio, chain_shift, importance_ok
     )
