@@ -350,7 +350,7 @@ def _q0_self_check_only_where_tested(request, monkeypatch):
     if request.module.__name__.split(".")[-1] in ("test_setup", "test_convergence"):
         yield
         return
-    from numpyro_dais.annealed.binding import BindingGuide
+    from numpyro_dais.annealed.checking import SelfCheckingGuide
 
-    monkeypatch.setattr(BindingGuide, "_self_check_report", lambda self, params: None)
+    monkeypatch.setattr(SelfCheckingGuide, "_self_check_report", lambda self, params: None)
     yield

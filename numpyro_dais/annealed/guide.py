@@ -19,7 +19,7 @@ import numpyro.distributions as dist
 from numpyro.infer.initialization import init_to_uniform
 
 from numpyro_dais.annealed import options, sampling, setup, targets
-from numpyro_dais.annealed.binding import BindingGuide
+from numpyro_dais.annealed.checking import SelfCheckingGuide
 from numpyro_dais.annealed.options import Annealing, Resampling
 from numpyro_dais.annealed.posterior import queries, selfcheck
 from numpyro_dais.annealed.posterior.selfcheck import (
@@ -43,7 +43,7 @@ SAMPLE_METHODS = options.SAMPLE_METHODS
 SET_UP_RUNS = setup.SET_UP_RUNS
 
 
-class AnnealedGuide(BindingGuide):
+class AnnealedGuide(SelfCheckingGuide):
     """Annealing from a Gaussian ``q0`` to a target with ``K`` learnt transitions.
 
     Subclass it with a preset: ``defaults``, the option groups it takes with its defaults,
