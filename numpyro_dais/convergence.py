@@ -186,6 +186,11 @@ def run_until_converged(
         state = svi.init(rng_key, *args, init_params=init_params, **kwargs)
     else:
         state = init_state
+    # the self-check of an annealed guide's q0, run at the end: its programs compile during
+    # the training
+    annealed = isinstance(svi.guide, AnnealedGuide) and svi.guide.posterior_method == "q0"
+    if annealed:
+        svi.guide._prepare_self_check(svi.get_params(state))
     num_windows = -(-max_steps // window)
     program = _window_program(svi, window, stable_update, forward_mode_differentiation)
     run = _Window(program, state, args, kwargs, num_windows)
@@ -225,9 +230,8 @@ def run_until_converged(
             "`init_state=result.state`.",
             RuntimeWarning,
         )
-    # the self-check of an annealed guide's q0 on params (once; warns with the fix where it
-    # fails), None for other guides or where it is off
-    annealed = isinstance(svi.guide, AnnealedGuide) and svi.guide.posterior_method == "q0"
+    # the self-check on params (once; warns with the fix where it fails), None for other
+    # guides or where it is off
     check = svi.guide._check_q0_once(params) if annealed else None
     return ConvergedRun(params, state, jnp.asarray(np.concatenate(losses)), done, converged, check)
 

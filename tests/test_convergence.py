@@ -14,6 +14,7 @@ from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoNormal
 
 from numpyro_dais import AutoDAIS, ConvergedRun, TransportReport, run_until_converged
+from numpyro_dais.runtime import compilation
 from tests import models
 
 
@@ -66,7 +67,22 @@ def test_stops_long_before_max_steps_where_the_loss_is_flat_and_gets_the_answer(
     assert out.check is None  # not an annealed guide
 
 
-def test_an_annealed_guide_is_judged_by_its_self_check_once():
+@pytest.mark.parametrize("levels", ["suite", "library"])
+def test_an_annealed_guide_is_judged_by_its_self_check_once(levels, monkeypatch):
+    """The check runs once, at the end; where the library chooses the compilers' options
+    (``XLA_FLAGS`` unset, as a user's), its programs were compiled in the background during
+    the training (one each: the run found them)."""
+    if levels == "library":
+        if jax.default_backend() != "cpu":
+            pytest.skip("XLA:CPU's options")
+        monkeypatch.setenv("XLA_FLAGS", "")  # the suite's flags would choose the options
+    prepared = []
+    prepare = compilation.prepare
+    monkeypatch.setattr(
+        compilation,
+        "prepare",
+        lambda programs, *a: prepared.append(programs) or prepare(programs, *a),
+    )
     y = models.linear_gaussian_data()
     guide = AutoDAIS(models.linear_gaussian, K=2)
     svi = SVI(models.linear_gaussian, guide, optax.adam(1e-2), Trace_ELBO())
@@ -75,6 +91,14 @@ def test_an_annealed_guide_is_judged_by_its_self_check_once():
     checked = set(guide._self_checked)
     guide.sample_posterior(jax.random.key(1), out.params, sample_shape=(10,))
     assert guide._self_checked == checked  # the draws did not check again
+    for name in ("_jit_chains_round", "_jit_importance_chunk"):
+        programs = getattr(guide, name).programs
+        if levels == "library":
+            (program,) = programs.values()  # the prepared one ran
+            assert program.compiled is not None and program.runs > 0
+            assert any(p is programs for p in prepared)
+        else:
+            assert not programs  # plain jit
 
 
 def test_still_improving_at_max_steps_warns_and_returns_the_last_iterate():

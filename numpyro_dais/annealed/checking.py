@@ -5,8 +5,11 @@ the end points of one particle), the summaries of ``q0`` that trigger it, and th
 program it runs (:mod:`numpyro_dais.annealed.posterior.selfcheck` holds their math).
 """
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from numpyro_dais.annealed import sampling
 from numpyro_dais.annealed.binding import BindingGuide
@@ -14,6 +17,16 @@ from numpyro_dais.annealed.posterior import mala_draws, queries, selfcheck
 from numpyro_dais.annealed.posterior.queries import SUMMARY_DRAWS
 from numpyro_dais.results import TransportReport
 from numpyro_dais.runtime import compilation
+
+
+class ChainsPlan(NamedTuple):
+    """The self-check's chains on a call: their compiled ``program``, the ``runs`` it is
+    compiled for, the first round's ``start`` and the ``operands`` before it."""
+
+    program: object
+    runs: float
+    start: mala_draws.Start
+    operands: tuple
 
 
 class SelfCheckingGuide(BindingGuide):
@@ -112,27 +125,55 @@ class SelfCheckingGuide(BindingGuide):
         values = self._constrain(draws, params)
         return {name: reduce(values[name]) for name in self._view.transforms}
 
-    def _chains(self, rng_key, fitted, params, args, kwargs) -> selfcheck.ChainsCheck | None:
-        """The self-check's chains (:func:`numpyro_dais.annealed.posterior.selfcheck.chains_round`)
-        on the call, in their own program, in rounds until they settle; ``None`` where the
-        dynamics do not run on the full-data posterior (a surrogate, a mini-batch)."""
+    def _chains_plan(self, rng_key, fitted, params, args, kwargs):
+        """How the self-check's chains run on the call: a :class:`ChainsPlan`; ``None``
+        where the dynamics do not run on the full-data posterior (a surrogate, a
+        mini-batch), a skipped :class:`~numpyro_dais.annealed.posterior.selfcheck.ChainsCheck`
+        where the budget of flops does not afford them."""
         if self._target.supports_subsampling:
             return None
         gradient_flops = self._gradient_flops(rng_key, fitted, args, kwargs)
         num_chains = selfcheck.num_check_chains(gradient_flops)
         if num_chains is None:
             return selfcheck.skipped(gradient_flops)
-        program = self._compiled(self._chains_round, "chains_round")
-        start = mala_draws.first_start(self.latent_dim, fitted.q0.loc.dtype, num_chains)
-        runs = mala_draws.runs(selfcheck.CHECK_DRAWS, num_chains)
-        operands = (jax.random.fold_in(rng_key, 1), fitted, params, args, kwargs)
+        return ChainsPlan(
+            self._compiled(self._chains_round, "chains_round"),
+            mala_draws.runs(selfcheck.CHECK_DRAWS, num_chains),
+            mala_draws.first_start(self.latent_dim, fitted.q0.loc.dtype, num_chains),
+            (jax.random.fold_in(rng_key, 1), fitted, params, args, kwargs),
+        )
+
+    def _chains(self, rng_key, fitted, params, args, kwargs) -> selfcheck.ChainsCheck | None:
+        """The self-check's chains (:func:`numpyro_dais.annealed.posterior.selfcheck.chains_round`)
+        on the call, in their own program, in rounds until they settle (:meth:`_chains_plan`)."""
+        plan = self._chains_plan(rng_key, fitted, params, args, kwargs)
+        if not isinstance(plan, ChainsPlan):
+            return plan
         comparison, info, rounds = mala_draws.run_rounds(
-            lambda start, index: program.run_for(runs, *operands, start, index),
-            start,
+            lambda start, index: plan.program.run_for(plan.runs, *plan.operands, start, index),
+            plan.start,
             self._coordinate_names(),
         )
         names, unpack = self._value_coordinates()
         return selfcheck.ChainsCheck(comparison, names, unpack, info, rounds)
+
+    def _prepare_self_check(self, params) -> None:
+        """Compile the self-check's programs for ``params``' types in the background
+        (:func:`numpyro_dais.runtime.compilation.prepare`): called before training, so that
+        the check at its end finds them compiled. Nothing where the check is off."""
+        if not self.self_check or selfcheck.fingerprint(params) is None:
+            return
+        rng_key, fitted = jax.random.key(0), self._params_from(params)
+        args, kwargs = self._data(*self._setup_args, "importance")
+        program = self._compiled(self._importance_chunk, "importance_chunk")
+        operands = (fitted, params, args, kwargs)
+        try:
+            queries.prepare_importance(program, rng_key, self.K, selfcheck.NUM_SAMPLES, *operands)
+            plan = self._chains_plan(rng_key, *operands)
+        except ValueError:  # the annealing cannot run here: nor can the check
+            return
+        if isinstance(plan, ChainsPlan):
+            plan.program.prepare(plan.runs, *plan.operands, plan.start, np.asarray(0, np.int32))
 
     def _gradient_flops(self, rng_key, fitted, args, kwargs) -> float:
         """XLA's flops of a gradient of the call's log density

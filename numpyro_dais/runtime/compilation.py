@@ -169,6 +169,26 @@ def settle(programs: dict) -> None:
         programs[key] = _installed(program, wait=True)
 
 
+def prepare(programs: dict, key, jitted, dynamic, scale: float) -> None:
+    """Lower ``jitted(dynamic)`` now and compile it in the background for ``scale`` runs, as
+    :func:`run_for` would, so that a later :func:`run_for` on inputs of the same types finds
+    it compiled (or waits for the rest of its compilation) while the caller goes on: a
+    guide's self-check, prepared before training, compiles during it. Nothing where
+    :func:`run_for` would not compile (off CPU, ``XLA_FLAGS`` choosing the options) or where
+    the program is there already."""
+    leaves = jax.tree.leaves(dynamic)
+    if not on_cpu(leaves) or not options_at(0):
+        return
+    key = (key, input_types(leaves))
+    if key in programs:
+        return
+    lowered = jitted.lower(dynamic)
+    work = flops(lowered)
+    level = level_for(work * scale)
+    upgrade = _compile_in_background(lowered, level)
+    programs[key] = _Program(None, level, work, 0.0, lowered, upgrade)
+
+
 def run_for(programs: dict, key, jitted, dynamic, scale: float):
     """``jitted(dynamic)`` by a program compiled for the work asked of it: ``scale`` times
     the flops of :func:`flops` (the caller's number of runs times its loops' trip counts),
@@ -195,7 +215,9 @@ def run_for(programs: dict, key, jitted, dynamic, scale: float):
         level = level_for(work * runs)
         program = _Program(compile_at(lowered, level), level, work, runs, lowered)
     else:
-        program = _installed(program)
+        program = _installed(program, wait=program.compiled is None)  # prepared
+        if program.compiled is None:  # its background compilation failed
+            program = program._replace(compiled=compile_at(program.lowered, program.level))
         wanted = level_for(program.flops * runs / UPGRADE_MARGIN)
         if program.upgrade is None and _rank(wanted) > _rank(program.level):
             program = program._replace(upgrade=_compile_in_background(program.lowered, wanted))

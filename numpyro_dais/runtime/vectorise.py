@@ -56,7 +56,10 @@ def jit_by_leaves(fn):
     repeated ``sample_posterior`` calls do not re-trace the sampler.
 
     ``wrapped.run_for(scale, *args, **kwargs)``: the same call, by a program compiled for
-    ``scale`` runs of its cost (:func:`numpyro_dais.runtime.compilation.run_for`).
+    ``scale`` runs of its cost (:func:`numpyro_dais.runtime.compilation.run_for`);
+    ``wrapped.prepare(scale, *args, **kwargs)`` compiles that program in the background for
+    a later ``run_for`` on arguments of the same types
+    (:func:`numpyro_dais.runtime.compilation.prepare`).
     ``wrapped.bind(*args, **kwargs)``: ``(key, jitted, dynamic)``, the call's static
     configuration, its ``jax.jit`` of the array leaves and those leaves, for a caller that
     lowers and compiles the program itself (``key`` is ``None`` where a static leaf is not
@@ -94,7 +97,13 @@ def jit_by_leaves(fn):
             return fn(*args, **kwargs)
         return compilation.run_for(programs, key, jitted, dynamic, scale)
 
+    def prepare(scale, *args, **kwargs):
+        key, jitted, dynamic = entry(args, kwargs)
+        if key is not None:
+            compilation.prepare(programs, key, jitted, dynamic, scale)
+
     wrapped.cache = cache  # one compiled program per static configuration
+    wrapped.prepare = prepare
     wrapped.run_for = run_for
     wrapped.bind = lambda *args, **kwargs: entry(args, kwargs)
     wrapped.programs = programs  # run_for's, per static configuration and input types

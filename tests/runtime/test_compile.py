@@ -70,6 +70,40 @@ def test_run_for_picks_the_level_by_the_work_asked_so_far(monkeypatch):
     assert len(program.cache) == 1  # one trace, whatever the level
 
 
+@cpu_only
+def test_a_prepared_program_compiles_in_the_background_and_is_the_one_run(monkeypatch):
+    """``prepare`` lowers now and compiles in the background at the level of the runs it
+    names; the later ``run_for`` on inputs of the same types runs that program (it traced
+    once, compiled once), with the values of plain ``jit``. Inputs of other types compile
+    their own; a failed background compilation is redone by the call."""
+    monkeypatch.setenv("XLA_FLAGS", "")  # the suite's flags would choose the options
+    x = jnp.linspace(-1.0, 1.0, 7)
+    options = {"rate": 0.1, "steps": 5}
+    program = jit_by_leaves(_descent)
+    compiles = []
+    compile_at = compilation.compile_at
+    monkeypatch.setattr(
+        compilation, "compile_at", lambda *a: compiles.append(a[1]) or compile_at(*a)
+    )
+    program.prepare(1, x, options)
+    (prepared,) = program.programs.values()
+    assert prepared.compiled is None and prepared.upgrade is not None and prepared.runs == 0
+    expected = jax.jit(lambda x: _descent(x, options))(x)
+    np.testing.assert_allclose(program.run_for(1, x, options), expected, rtol=1e-6)
+    (ran,) = program.programs.values()
+    assert ran.compiled is not None and ran.runs == 1 and compiles == [0]
+    program.prepare(1, x, options)  # there already: nothing
+    assert len(program.programs) == 1 and compiles == [0]
+    program.prepare(1, x.astype(jnp.float16), options)
+    assert len(program.programs) == 2
+    failed = program.programs[list(program.programs)[1]]
+    broken = compilation._compile_in_background(None, 0)  # compiling None fails
+    program.programs[list(program.programs)[1]] = failed._replace(upgrade=broken)
+    program.run_for(1, x.astype(jnp.float16), options)
+    assert all(p.compiled is not None for p in program.programs.values())
+    assert len(program.cache) == 1
+
+
 def test_under_an_outer_jit_the_program_is_inlined():
     x = jnp.linspace(-1.0, 1.0, 7)
     options = {"rate": 0.1, "steps": 3}

@@ -71,6 +71,20 @@ def importance_chunk(call: Call, key_data):
     return jax.vmap(draw)(jax.random.wrap_key_data(key_data))
 
 
+def _key_data(rng_key, num_systems):
+    """The keys of :func:`importance`'s systems, split once on the host for a multiple of
+    ``CHUNK``."""
+    total = math.ceil(num_systems / CHUNK) * CHUNK
+    return total, np.asarray(jax.random.key_data(jax.random.split(rng_key, total)))
+
+
+def prepare_importance(program, rng_key, K, num_systems: int, *operands) -> None:
+    """Compile, in the background, the program that :func:`importance` with these arguments
+    will run (``program.prepare``: :func:`numpyro_dais.runtime.compilation.prepare`)."""
+    total, key_data = _key_data(rng_key, num_systems)
+    program.prepare(runs(K, total, CHUNK), key_data[:CHUNK], *operands)
+
+
 def importance(program, rng_key, K, num_systems: int, *operands) -> Systems:
     """:class:`Systems` for ``num_systems`` keys split from ``rng_key``, ``CHUNK`` per call
     of the guide's one compiled ``program`` (``program.run_for(runs, key_data,
@@ -80,8 +94,7 @@ def importance(program, rng_key, K, num_systems: int, *operands) -> Systems:
     chunks are joined on the host, so a new number of draws compiles nothing but the key
     split. Every chunk is dispatched before the first is fetched, so the device is not left
     idle between chunks."""
-    total = math.ceil(num_systems / CHUNK) * CHUNK
-    key_data = np.asarray(jax.random.key_data(jax.random.split(rng_key, total)))
+    total, key_data = _key_data(rng_key, num_systems)
     # compiled for the whole query's chunks of K transitions, asked with its first chunk
     first = runs(K, total, CHUNK)
     chunks = [
