@@ -5,6 +5,7 @@ the end points of one particle), the summaries of ``q0`` that trigger it, and th
 program it runs (:mod:`numpyro_dais.annealed.posterior.selfcheck` holds their math).
 """
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -173,24 +174,19 @@ class SelfCheckingGuide(BindingGuide):
         plan_of_check = self._chains_plan(rng_key, fitted, params, args, kwargs)
         if settled is None or not isinstance(plan_of_check, ChainsPlan):
             return super()._mala_rounds(rng_key, fitted, params, args, kwargs, plan)
-        start, rounds_before = settled
+        start, rounds = settled
         program, runs = plan_of_check.program, plan_of_check.runs
         operands = (rng_key, fitted, params, args, kwargs)
-        run = lambda start, index: program.run_for(runs, *operands, start, index)
-        # as the chains' own rounds: until a round settles (the draws passed here may be
-        # new data), whose info judges the draws; then as many more as the draws need
-        (_, z), info, rounds, start = mala_draws.run_rounds(
-            run, start, self._coordinate_names(), first_index=1
-        )
-        chunks, index = [z], 1 + rounds
-        while len(chunks) * selfcheck.CHECK_DRAWS < plan.num_draws:
-            (_, z), _, start = run(start, np.asarray(index, np.int32))
+        chunks = []
+        for index in range(1, 1 + math.ceil(plan.num_draws / selfcheck.CHECK_DRAWS)):
+            (_, z), info, start = program.run_for(
+                runs, *operands, start, np.asarray(index, np.int32)
+            )
             chunks.append(z)
-            index += 1
         z = jnp.concatenate(chunks)[: plan.num_draws]
         finish = self._compiled(self._finish_draws, "finish_draws")
         draws = finish.run_for(0, z, params, args, kwargs, plan)
-        return draws, info, rounds_before + rounds, len(start.x)
+        return draws, info, rounds + len(chunks), len(start.x)
 
     def _prepare_self_check(self, params) -> None:
         """Compile the self-check's programs for ``params``' types in the background

@@ -91,16 +91,14 @@ def runs(num_draws: int, num_chains: int = NUM_CHAINS) -> float:
     return steps(num_draws, num_chains) / compilation.GRADIENT_WORK_DISCOUNT
 
 
-def run_rounds(run_round, start: Start, names, first_index: int = 0):
+def run_rounds(run_round, start: Start, names):
     """Rounds of the chains until they settle (:func:`unsettled`), at most
     :data:`MAX_ROUNDS`: ``run_round(start, round_index)`` runs one and returns ``(result,
-    info, next start)``; the first round's index is ``first_index`` (``0``: from ``q0``
-    draws; more: the chains go on from ``start``). Returns the last round's ``(result,
-    info)``, the rounds run and the :class:`Start` that would follow them."""
+    info, next start)``. Returns the last round's ``(result, info)``, the rounds run and the
+    :class:`Start` that would follow them."""
     num_chains = start.x.shape[0]
     for rounds in range(1, MAX_ROUNDS + 1):
-        index = np.asarray(first_index + rounds - 1, np.int32)
-        result, info, start = run_round(start, index)
+        result, info, start = run_round(start, np.asarray(rounds - 1, np.int32))
         if unsettled(info, names, num_chains) is None:
             break
     return result, info, rounds, start
