@@ -251,25 +251,16 @@ class BindingGuide(ContinuousGuide):
                 "them at None (they bound and split the annealed methods' draws)."
             )
         args, kwargs = self._data(args, kwargs, "mala")
-        operands = (rng_key, fitted, params, args, kwargs, plan)
-        draws, info, rounds, num_chains = self._mala_rounds(*operands)
-        names = self._coordinate_names()
-        mala_draws.warn_if_doubtful(type(self).__name__, info, names, rounds, num_chains)
-        return (draws, None) if return_pareto_k else draws
-
-    def _mala_rounds(self, rng_key, fitted, params, args, kwargs, plan):
-        """The ensemble's rounds from ``q0`` draws in their own program: ``(draws, info,
-        rounds, number of chains)``."""
         run = self._compiled(self._mala_program, "mala")
         start = mala_draws.first_start(self.latent_dim, fitted.q0.loc.dtype)
         runs = mala_draws.runs(plan.num_draws)
+        names = self._coordinate_names()
         operands = (rng_key, fitted, params, args, kwargs, plan)
-        draws, info, rounds, _ = mala_draws.run_rounds(
-            lambda start, index: run.run_for(runs, *operands, start, index),
-            start,
-            self._coordinate_names(),
+        draws, info, rounds = mala_draws.run_rounds(
+            lambda start, index: run.run_for(runs, *operands, start, index), start, names
         )
-        return draws, info, rounds, mala_draws.NUM_CHAINS
+        mala_draws.warn_if_doubtful(type(self).__name__, info, names, rounds)
+        return (draws, None) if return_pareto_k else draws
 
     def _mala_program(self, rng_key, fitted, params, args, kwargs, plan, start, index):
         call = self._bind(fitted, args, kwargs)

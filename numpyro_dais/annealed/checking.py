@@ -5,7 +5,6 @@ the end points of one particle), the summaries of ``q0`` that trigger it, and th
 program it runs (:mod:`numpyro_dais.annealed.posterior.selfcheck` holds their math).
 """
 
-import math
 from typing import NamedTuple
 
 import jax
@@ -150,43 +149,13 @@ class SelfCheckingGuide(BindingGuide):
         plan = self._chains_plan(rng_key, fitted, params, args, kwargs)
         if not isinstance(plan, ChainsPlan):
             return plan
-        coordinates = self._coordinate_names()
-        (comparison, _), info, rounds, following = mala_draws.run_rounds(
+        comparison, info, rounds = mala_draws.run_rounds(
             lambda start, index: plan.program.run_for(plan.runs, *plan.operands, start, index),
             plan.start,
-            coordinates,
+            self._coordinate_names(),
         )
-        key = selfcheck.fingerprint(params)
-        if key is not None and mala_draws.unsettled(info, coordinates, len(plan.start.x)) is None:
-            # settled: where method="mala" is asked for these params, its chains go on
-            self.__dict__.setdefault("_settled_chains", {})[key] = (following, rounds)
         names, unpack = self._value_coordinates()
         return selfcheck.ChainsCheck(comparison, names, unpack, info, rounds)
-
-    def _mala_rounds(self, rng_key, fitted, params, args, kwargs, plan):
-        """``method="mala"``'s rounds: where the self-check's chains settled for these
-        ``params``, they go on in its program (its adaptation kept, a full warm-up each
-        round on the data passed here, ``selfcheck.CHECK_DRAWS`` draws a round, as many
-        rounds as the draws need); else the ensemble's own rounds from ``q0`` draws.
-        Nothing new compiles for the chains, and the first round starts where the check's
-        settled."""
-        settled = self.__dict__.get("_settled_chains", {}).get(selfcheck.fingerprint(params))
-        plan_of_check = self._chains_plan(rng_key, fitted, params, args, kwargs)
-        if settled is None or not isinstance(plan_of_check, ChainsPlan):
-            return super()._mala_rounds(rng_key, fitted, params, args, kwargs, plan)
-        start, rounds = settled
-        program, runs = plan_of_check.program, plan_of_check.runs
-        operands = (rng_key, fitted, params, args, kwargs)
-        chunks = []
-        for index in range(1, 1 + math.ceil(plan.num_draws / selfcheck.CHECK_DRAWS)):
-            (_, z), info, start = program.run_for(
-                runs, *operands, start, np.asarray(index, np.int32)
-            )
-            chunks.append(z)
-        z = jnp.concatenate(chunks)[: plan.num_draws]
-        finish = self._compiled(self._finish_draws, "finish_draws")
-        draws = finish.run_for(0, z, params, args, kwargs, plan)
-        return draws, info, rounds + len(chunks), len(start.x)
 
     def _prepare_self_check(self, params) -> None:
         """Compile the self-check's programs for ``params``' types in the background

@@ -349,27 +349,6 @@ def test_the_self_check_judges_the_importance_draws_of_one_particle(narrow_q0, m
         draw(right)
 
 
-def test_mala_draws_go_on_from_the_self_checks_settled_chains(narrow_q0):
-    """After the self-check of given params, ``method="mala"`` continues its settled chains
-    in its program (no program of its own), a round of 2,048 draws at a time: the draws
-    of the narrow q0 have the exact posterior's means and sds (tolerances 0.15 sd and 12%:
-    about four Monte Carlo errors of 3,000 correlated draws), and another key gives other
-    draws."""
-    guide, narrow, _, y = narrow_q0
-    guide._self_check_report(narrow)
-    assert selfcheck.fingerprint(narrow) in guide._settled_chains
-    mean, cov = models.linear_gaussian_posterior(y)
-    sd = np.sqrt(np.diag(cov))
-    draw = lambda key: guide.sample_posterior(
-        jax.random.key(key), narrow, y, sample_shape=(3000,), method="mala"
-    )["z"]
-    z = draw(1)
-    assert z.shape == (3000, 2) and "_jit_mala" not in guide.__dict__
-    np.testing.assert_array_less(np.abs(z.mean(0) - mean) / sd, 0.15)
-    np.testing.assert_array_less(np.abs(np.log(z.std(0) / sd)), np.log(1.12))
-    assert not np.allclose(draw(2), z)
-
-
 def test_the_self_checks_chains_fit_a_budget_of_the_models_flops(monkeypatch):
     """The chains are as many as the budget of flops affords (a power of two from 32 to
     256), none where even 32 would exceed it: the report then says that they did not run,

@@ -94,14 +94,13 @@ def runs(num_draws: int, num_chains: int = NUM_CHAINS) -> float:
 def run_rounds(run_round, start: Start, names):
     """Rounds of the chains until they settle (:func:`unsettled`), at most
     :data:`MAX_ROUNDS`: ``run_round(start, round_index)`` runs one and returns ``(result,
-    info, next start)``. Returns the last round's ``(result, info)``, the rounds run and the
-    :class:`Start` that would follow them."""
+    info, next start)``. Returns the last round's ``(result, info)`` and the rounds run."""
     num_chains = start.x.shape[0]
     for rounds in range(1, MAX_ROUNDS + 1):
         result, info, start = run_round(start, np.asarray(rounds - 1, np.int32))
         if unsettled(info, names, num_chains) is None:
             break
-    return result, info, rounds, start
+    return result, info, rounds
 
 
 def draw(call: Call, rng_key, num_draws: int, start: Start, round_index):
@@ -177,13 +176,11 @@ def truncated(info: mala.EnsembleInfo) -> str | None:
     )
 
 
-def warn_if_doubtful(
-    name, info: mala.EnsembleInfo, names, rounds: int, num_chains: int = NUM_CHAINS
-) -> bool:
-    """Warn, with the fix, when the ``num_chains`` chains had not settled after ``rounds``
-    rounds (:func:`unsettled`) or were :func:`truncated`; returns whether it warned."""
+def warn_if_doubtful(name, info: mala.EnsembleInfo, names, rounds: int) -> bool:
+    """Warn, with the fix, when the chains had not settled after ``rounds`` rounds
+    (:func:`unsettled`) or were :func:`truncated`; returns whether it warned."""
     messages = []
-    what = unsettled(info, names, num_chains)
+    what = unsettled(info, names)
     if what is not None:
         messages.append(
             f"{what}, so {rounds * NUM_WARMUP} warm-up steps from q0 did not reach the "

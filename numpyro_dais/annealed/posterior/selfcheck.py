@@ -115,8 +115,7 @@ def skipped(gradient_flops: float) -> ChainsCheck:
 def chains_round(call: Call, rng_key, start: mala_draws.Start, round_index, values):
     """Round ``round_index`` of the chains of ``start`` on the call's dynamics (the
     full-data posterior; :func:`~numpyro_dais.annealed.posterior.mala_draws.draw`):
-    ``((comparison, z), info, next start)``, ``z (CHECK_DRAWS, D)`` the chains' draws and
-    ``comparison`` the
+    ``(comparison, info, next start)``, ``comparison`` the
     :func:`~numpyro_dais.engine.annealing.dais0.draws_check` of :data:`CHECK_DRAWS` ``q0``
     draws against as many of the chains', both mapped by ``values`` (``z (S, D)`` to the
     flat constrained latent values ``(S, M)``: what a user reads). Meaningful where the
@@ -127,8 +126,7 @@ def chains_round(call: Call, rng_key, start: mala_draws.Start, round_index, valu
     z_q0 = gaussian.sample(key_q0, q0, (CHECK_DRAWS,))
     # one map of both sets: the model traced once in the program
     both = values(jnp.concatenate([z_q0, z]))
-    comparison = dais0.draws_check(both[:CHECK_DRAWS], both[CHECK_DRAWS:])
-    return (comparison, z), info, following
+    return dais0.draws_check(both[:CHECK_DRAWS], both[CHECK_DRAWS:]), info, following
 
 
 def fingerprint(params) -> str | None:
