@@ -24,6 +24,7 @@ SCRIPTS = [
     "dais0_logistic",
     "dais0_quickstart",
     "dsmcs_static_target",
+    "funnel_metric",
     "gpvi_open_set",
     "gpvi_reproduction",
     "mala_draws",
@@ -42,6 +43,7 @@ SCRIPTS = [
 #: scripts whose results are tables only
 NO_FIGURE = {
     "dsmcs_static_target",
+    "funnel_metric",
     "gpvi_open_set",
     "mala_draws",
     "model_families",
@@ -87,6 +89,7 @@ EXPECTED = {
         "## Every fit",
     ),
     "mala_draws": ("| kid_score | 1 |", "## q0 judged by the chains instead of NUTS"),
+    "funnel_metric": ("| exact |", "| max abs log sd ratio |", "| 0 | mala |"),
     "setup_scaling": ("| 500 |", "AutoDAIS K=8 N=8: svi.init (s)"),
     "time_to_answer": ("| logistic_1000 |", "## Summary", "A right answer: every latent"),
     "sldais_vs_dais": ("## breast-cancer", "| SL-DAIS K=8 |", "surrogate loss"),
