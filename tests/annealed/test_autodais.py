@@ -238,11 +238,12 @@ def test_transport_verdict_fails_on_non_finite_or_diverged_end_points():
     assert "diverged from q0 for 20%" in report.message
 
 
-def _chains(shift, ratio, acceptance=0.8):
+def _chains(shift, ratio, acceptance=0.8, se=(0.02, 0.02)):
     """A :class:`ChainsCheck` of the two coordinates ``z[0]``, ``z[1]``: q0's mean
-    ``shift`` in the chains' sds and the chains' std ``ratio`` to q0's."""
+    ``shift`` in the chains' sds, the chains' std ``ratio`` to q0's and the standard error
+    ``se`` of its log."""
     comparison = dais0.TransportCheck(
-        jnp.asarray(shift), -jnp.log(jnp.asarray(ratio)), jnp.asarray(1.0)
+        jnp.asarray(shift), -jnp.log(jnp.asarray(ratio)), jnp.asarray(1.0), jnp.asarray(se)
     )
     zeros = jnp.zeros(2)
     info = mala.EnsembleInfo(
@@ -274,6 +275,12 @@ def test_transport_verdict_of_the_chains():
     assert not off.ok and "q0 is off-centre at z[0]" in off.message
     wide = transport_verdict(subject, good, 0.5, 2.0, False, _chains([0.0, 0.0], [1.0, 0.33]))
     assert not wide.ok and "q0 is wider than the posterior at z[1]" in wide.message
+    # a ratio past the tolerance but within 3 standard errors (heavy tails) passes
+    noisy = _chains([0.0, 0.1], [1.1, 1.6], se=(0.02, 0.2))
+    assert transport_verdict(subject, good, 0.5, 2.0, False, noisy).ok
+    sure = _chains([0.0, 0.1], [1.1, 1.6], se=(0.02, 0.1))
+    report = transport_verdict(subject, good, 0.5, 2.0, False, sure)
+    assert not report.ok and "3 standard errors of the ratio" in report.message
     stuck = _chains([0.0, 0.1], [1.1, 3.0], acceptance=0.05)
     report = transport_verdict(guide._subject(), good, 0.5, 2.0, False, stuck)
     assert report.ok and "cannot judge it" in report.message

@@ -84,6 +84,13 @@ MEAN_SHIFT_TOL = 0.3
 STD_RATIO_TOL = 1.5
 #: below this acceptance the chains hardly moved: the check says nothing
 CHAINS_MIN_ACCEPTANCE = 0.2
+#: standard errors of the log std ratio (from both draw sets' kurtoses,
+#: :func:`~numpyro_dais.engine.annealing.dais0.draws_check`) a coordinate's ratio must also
+#: pass to fail ``q0``: past the ratio tolerance only where its tails are so heavy that the
+#: sample stds are noisy (Neal's funnel's ``x``, whose sample std of exact draws is 0.3 in
+#: log off at the median: ``benchmarks/funnel_metric``); for light tails 3 standard errors
+#: are far below the tolerance
+CHAIN_STD_NOISE_Z = 3.0
 
 
 class ChainsCheck(NamedTuple):
@@ -178,11 +185,6 @@ class Subject(NamedTuple):
     base_dist: str
 
 
-def _farthest_from_one(ratio) -> int:
-    """The index of the finite ratio farthest from 1 (in log)."""
-    return int(np.argmax(np.abs(np.log(np.where(np.isfinite(ratio), ratio, 1.0)))))
-
-
 class _ChainsVerdict(NamedTuple):
     ok: bool
     mean_shift: np.ndarray | None
@@ -216,9 +218,13 @@ def _chains_verdict(name, chains, mean_tol, std_ratio_tol, end_points_ok):
                 "diverged) and cannot judge it."
             ),
         )
-    i, j = int(np.argmax(np.nan_to_num(np.abs(shift), nan=np.inf))), _farthest_from_one(ratio)
+    # the spread fails past the tolerance and past its noise (heavy tails)
+    se = 0.0 if comparison.log_std_se is None else np.asarray(comparison.log_std_se)
+    limit = np.maximum(np.log(std_ratio_tol), CHAIN_STD_NOISE_Z * se)
+    excess = np.nan_to_num(np.abs(np.log(ratio)) - limit, nan=np.inf)
+    i, j = int(np.argmax(np.nan_to_num(np.abs(shift), nan=np.inf))), int(np.argmax(excess))
     mean_ok = bool(np.abs(shift[i]) <= mean_tol)
-    spread_ok = bool(1.0 / std_ratio_tol <= ratio[j] <= std_ratio_tol)
+    spread_ok = bool(excess[j] <= 0.0)
     found = (
         f"q0's mean is {shift[i]:+.2f} of their sds from theirs at {names[i]}, their std "
         f"{ratio[j]:.2f} times q0's at {names[j]}"
@@ -252,7 +258,9 @@ def _chains_verdict(name, chains, mean_tol, std_ratio_tol, end_points_ok):
         (
             f"{name}: {what}: Metropolis-adjusted Langevin chains started at q0 draws, which "
             f"leave the posterior invariant, moved away from it in {steps} steps ({found}; "
-            f"tolerances {mean_tol:g} sds and a ratio of {std_ratio_tol:g}){end_points}. q0 "
+            f"tolerances {mean_tol:g} sds and a ratio of {std_ratio_tol:g}, or "
+            f"{CHAIN_STD_NOISE_Z:g} standard errors of the ratio where the tails are heavy)"
+            f"{end_points}. q0 "
             f"draws (DAIS₀, median, quantiles){importance} are off there. Fix: draw with "
             "sample_posterior(..., method='mala'), Metropolis-adjusted chains from q0 draws "
             "that correct it (they warn if they had not settled); or method='psis', which "

@@ -69,6 +69,10 @@ class TransportCheck(NamedTuple):
     """``(D,)`` ``log(std_q0 / std_end)``."""
     finite_fraction: jax.Array
     """``()`` the fraction of end points that are finite (the moments are theirs)."""
+    log_std_se: jax.Array | None = None
+    """``(D,)`` the standard error of ``log_std_ratio`` from both sets' sizes and kurtoses
+    (:func:`draws_check` only): ``sqrt((κ − 1) / 4n)`` each, the delta method for the log of
+    a sample std; large where a coordinate's tails are heavy (Neal's funnel's ``x``)."""
 
 
 def _finite_moments(z):
@@ -79,6 +83,16 @@ def _finite_moments(z):
     mean = jnp.sum(jnp.where(finite, z, 0.0), axis=0) / count
     std = jnp.sqrt(jnp.sum(jnp.where(finite, (z - mean) ** 2, 0.0), axis=0) / count)
     return mean, std, count / z.shape[0]
+
+
+def _log_std_variance(z, mean, std):
+    """The variance ``(D,)`` of the log of the sample std of the finite rows of ``z (S, D)``
+    (their ``mean`` and ``std``, floored): ``(κ − 1) / 4n``, ``κ`` their kurtosis."""
+    finite = jnp.all(jnp.isfinite(z), axis=-1, keepdims=True)
+    count = jnp.sum(finite)
+    m4 = jnp.sum(jnp.where(finite, (z - mean) ** 4, 0.0), axis=0) / count
+    kurtosis = jnp.maximum(m4 / std**4, 1.0)
+    return (kurtosis - 1.0) / (4.0 * count)
 
 
 def transport_check(q0: gaussian.Gaussian, z_end: jax.Array) -> TransportCheck:
@@ -105,15 +119,18 @@ CONSTANT = 1e-5
 def draws_check(draws: jax.Array, reference: jax.Array) -> TransportCheck:
     """:func:`transport_check` of ``draws (S, M)`` (e.g. ``q0``'s, constrained) against
     ``reference (R, M)`` draws: ``mean_shift`` in the reference's sds, ``log_std_ratio``
-    ``log(std_draws / std_reference)``, ``finite_fraction`` the reference's. Both stds are
-    floored at :data:`CONSTANT` times ``1 + |reference mean|``, so that a coordinate
-    constant in both gives 0 and 0 rather than NaN."""
+    ``log(std_draws / std_reference)`` and its standard error ``log_std_se``,
+    ``finite_fraction`` the reference's. Both stds are floored at :data:`CONSTANT` times
+    ``1 + |reference mean|``, so that a coordinate constant in both gives 0 and 0 rather
+    than NaN."""
     mean, std, _ = _finite_moments(draws)
     ref_mean, ref_std, finite_fraction = _finite_moments(reference)
     floor = CONSTANT * (1.0 + jnp.abs(ref_mean))
     std, ref_std = jnp.maximum(std, floor), jnp.maximum(ref_std, floor)
+    variance = _log_std_variance(draws, mean, std) + _log_std_variance(reference, ref_mean, ref_std)
     return TransportCheck(
         mean_shift=(mean - ref_mean) / ref_std,
         log_std_ratio=jnp.log(std / ref_std),
         finite_fraction=finite_fraction,
+        log_std_se=jnp.sqrt(variance),
     )
