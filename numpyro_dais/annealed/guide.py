@@ -304,7 +304,8 @@ class AnnealedGuide(SelfCheckingGuide):
         ``sample_posterior(method="mala")``), which leave the posterior invariant: ``q0``'s
         mean must stay within ``chain_mean_tol`` of their draws' sds
         (``chain_mean_shift``) and their std within ``[1 / chain_std_ratio_tol,
-        chain_std_ratio_tol]`` times ``q0``'s (``chain_std_ratio``). The default
+        chain_std_ratio_tol]`` times ``q0``'s (``chain_std_ratio``), or within 3 standard
+        errors of that ratio where a coordinate's tails make its std noisy. The default
         tolerances were set from a labelled set of fits against NUTS
         (``benchmarks/self_check.py``). With ``warn=True`` a failed check also raises a
         ``UserWarning`` carrying the fix.
