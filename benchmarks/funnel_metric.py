@@ -30,9 +30,9 @@ MODULE = f"benchmarks.{NAME}"
 TITLE = "Neal's funnel: the metric's own noise, and our draws"
 DIM = 5
 MODES = {
-    "full": dict(repeats=1000, seeds=5, max_steps=10_000),
-    "quick": dict(repeats=200, seeds=2, max_steps=10_000),
-    "smoke": dict(repeats=20, seeds=1, max_steps=100),
+    "full": dict(repeats=1000, seeds=5, max_steps=10_000, window=250),
+    "quick": dict(repeats=200, seeds=2, max_steps=10_000, window=250),
+    "smoke": dict(repeats=20, seeds=1, max_steps=200, window=50),
 }
 METHODS = ("q0", "importance", "mala")
 
@@ -65,7 +65,7 @@ def noise_table(case, repeats):
     return markdown_table(["exact draws", "10%", "median", "90%"], rows)
 
 
-def fits_table(case, seeds, max_steps):
+def fits_table(case, seeds, max_steps, window):
     """AutoDAIS's draws on ``seeds`` training seeds, by the metric and the robust
     statistics, with the exact values (of a million exact draws) first."""
     exact = robust(exact_draws(np.random.default_rng(1), 1_000_000))
@@ -77,7 +77,12 @@ def fits_table(case, seeds, max_steps):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the verdict is in the table
             run = numpyro_dais.run_until_converged(
-                svi, jax.random.key(seed), *case.args, max_steps=max_steps, progress_bar=False
+                svi,
+                jax.random.key(seed),
+                *case.args,
+                max_steps=max_steps,
+                window=window,
+                progress_bar=False,
             )
             failed = "" if run.check is None or run.check.ok else "failed q0"
             for method in METHODS:
@@ -126,7 +131,7 @@ def main(argv=None):
             "",
             f"## AutoDAIS, defaults, `run_until_converged`, {cfg['seeds']} training seeds",
             "",
-            fits_table(case, cfg["seeds"], cfg["max_steps"]),
+            fits_table(case, cfg["seeds"], cfg["max_steps"], cfg["window"]),
         ]
     )
     path = write_results(args.out_dir, NAME, args.mode, TITLE, MODULE, body)
