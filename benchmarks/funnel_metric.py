@@ -18,8 +18,6 @@ import warnings
 
 import jax
 import numpy as np
-import optax
-from numpyro.infer import SVI, Trace_ELBO
 
 import numpyro_dais
 from benchmarks import time_to_answer as tta
@@ -72,18 +70,10 @@ def fits_table(case, seeds, max_steps, window):
     rows = [["exact", "", "", "", *_fmt(exact), ""]]
     for seed in range(seeds):
         guide = numpyro_dais.AutoDAIS(case.model)
-        svi = SVI(case.model, guide, optax.adam(tta.LR), Trace_ELBO())
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the verdict is in the table
-            run = numpyro_dais.run_until_converged(
-                svi,
-                jax.random.key(seed),
-                *case.args,
-                max_steps=max_steps,
-                window=window,
-                progress_bar=False,
-            )
+            run = tta.converged(case, guide, seed, max_steps, window)
             failed = "" if run.check is None or run.check.ok else "failed q0"
             for method in METHODS:
                 draws = guide.sample_posterior(

@@ -20,8 +20,6 @@ import warnings
 
 import jax
 import numpy as np
-import optax
-from numpyro.infer import SVI, Trace_ELBO
 
 import numpyro_dais
 from benchmarks import time_to_answer as tta
@@ -72,18 +70,13 @@ def is_wrong(errors):
 def fit(case_name, seed, max_steps):
     case = tta.load_case(case_name)
     guide = numpyro_dais.AutoDAIS(case.model)
-    svi = SVI(case.model, guide, optax.adam(tta.LR), Trace_ELBO())
     sites = case.sites or tta.latent_sites(case.model, case.args, case.kwargs)
     row = dict(case=case_name, seed=seed, error="")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             start = time.perf_counter()
-            run = numpyro_dais.run_until_converged(
-                svi, jax.random.key(seed), *case.args, max_steps=max_steps,
-                window=min(250, max_steps // 4),
-                progress_bar=False, **case.kwargs,
-            )  # fmt: skip
+            run = tta.converged(case, guide, seed, max_steps, min(250, max_steps // 4))
             key, params = jax.random.key(1000 + seed), run.params
             q0 = guide.sample_posterior(key, params, sample_shape=(DRAWS,))
             jax.block_until_ready(q0)

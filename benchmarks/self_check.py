@@ -24,8 +24,6 @@ import warnings
 
 import jax
 import numpy as np
-import optax
-from numpyro.infer import SVI, Trace_ELBO
 
 import numpyro_dais
 from benchmarks import time_to_answer as tta
@@ -82,22 +80,13 @@ def fit(case_name, setting, seed, max_steps, window):
     """One labelled fit: a row of errors, warnings and the self-check's statistics."""
     case = tta.load_case(case_name)
     guide = numpyro_dais.AutoDAIS(case.model, **SETTINGS_OF_GUIDE[setting])
-    svi = SVI(case.model, guide, optax.adam(tta.LR), Trace_ELBO())
     sites = case.sites or tta.latent_sites(case.model, case.args, case.kwargs)
     row = dict(case=case_name, setting=setting, seed=seed, error="")
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            run = numpyro_dais.run_until_converged(
-                svi,
-                jax.random.key(seed),
-                *case.args,
-                max_steps=max_steps,
-                window=window,
-                progress_bar=False,
-                **case.kwargs,
-            )
+            run = tta.converged(case, guide, seed, max_steps, window)
             answers = {}
             for label, kw in (("q0", {}), ("importance", {"method": "importance"})):
                 draws = guide.sample_posterior(

@@ -265,6 +265,22 @@ def _nuts(case, cfg, seed, chains):
     return [("draws", time.perf_counter() - start, draws, None)]
 
 
+def converged(case, guide, seed, max_steps, window, model=None, args=None):
+    """The benchmarks' fit: ``guide`` trained on ``case`` (its ``model`` and ``args``
+    unless given) by ``run_until_converged`` with Adam at :data:`LR` from key ``seed``."""
+    model = case.model if model is None else model
+    svi = SVI(model, guide, optax.adam(LR), Trace_ELBO())
+    return numpyro_dais.run_until_converged(
+        svi,
+        jax.random.key(seed),
+        *(case.args if args is None else args),
+        max_steps=max_steps,
+        window=window,
+        progress_bar=False,
+        **case.kwargs,
+    )
+
+
 def _svi_answers(
     case, cfg, guide, model, seed, extra_draws=(), args=None, draw_args=None, members=None
 ):
@@ -274,16 +290,7 @@ def _svi_answers(
     args = case.args if args is None else args
     draw_args = args if draw_args is None else draw_args
     start = time.perf_counter()
-    svi = SVI(model, guide, optax.adam(LR), Trace_ELBO())
-    run = numpyro_dais.run_until_converged(
-        svi,
-        jax.random.key(seed),
-        *args,
-        max_steps=cfg["max_steps"],
-        window=cfg["window"],
-        progress_bar=False,
-        **case.kwargs,
-    )
+    run = converged(case, guide, seed, cfg["max_steps"], cfg["window"], model, args)
     jax.block_until_ready(run.params)
     fit_s = time.perf_counter() - start
     steps = run.num_steps if run.converged else -run.num_steps
