@@ -182,11 +182,17 @@ def prepare(programs: dict, key, jitted, dynamic, scale: float) -> None:
     key = (key, input_types(leaves))
     if key in programs:
         return
-    lowered = jitted.lower(dynamic)
-    work = flops(lowered)
-    level = level_for(work * scale)
+    lowered, work, level = _lowered(jitted, dynamic, scale)
     upgrade = _compile_in_background(lowered, level)
     programs[key] = _Program(None, level, work, 0.0, lowered, upgrade)
+
+
+def _lowered(jitted, dynamic, runs):
+    """``jitted`` lowered on ``dynamic``, its flops and the level of :data:`LEVELS` for
+    ``runs`` of them."""
+    lowered = jitted.lower(dynamic)
+    work = flops(lowered)
+    return lowered, work, level_for(work * runs)
 
 
 def run_for(programs: dict, key, jitted, dynamic, scale: float):
@@ -210,9 +216,7 @@ def run_for(programs: dict, key, jitted, dynamic, scale: float):
     program = programs.get(key)
     runs = scale + (0.0 if program is None else program.runs)
     if program is None:
-        lowered = jitted.lower(dynamic)
-        work = flops(lowered)
-        level = level_for(work * runs)
+        lowered, work, level = _lowered(jitted, dynamic, runs)
         program = _Program(compile_at(lowered, level), level, work, runs, lowered)
     else:
         program = _installed(program, wait=program.compiled is None)  # prepared
